@@ -1,0 +1,10 @@
+//! trunk: the DeepSeek V4 model — config, weights, synthetic models, the CPU
+//! oracle, and (later) the GPU forward and generation.
+
+pub mod config;
+pub mod cpu;
+pub mod state;
+pub mod synth;
+pub mod weights;
+
+pub use config::Dsv4Config;
