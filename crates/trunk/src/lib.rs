@@ -8,3 +8,5 @@ pub mod synth;
 pub mod weights;
 
 pub use config::Dsv4Config;
+pub mod model;
+pub mod tokenizer;

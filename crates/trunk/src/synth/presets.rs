@@ -1,7 +1,8 @@
 //! Synthetic model shapes.
 //!
 //! - `tiny` (a few MB): every code path at toy widths. Window 16, CSA ratio 4
-//!   with index_topk 6, HCA ratio 16: a 160-token sequence slides the window
+//!   with index_topk 6 (16 indexer heads, so that an all-ReLU-zero score tie
+//!   is improbable), HCA ratio 16: a 160-token sequence slides the window
 //!   ten times, closes 40 CSA windows of which the indexer keeps 6, and 10
 //!   HCA windows. YaRN's original length is 256, so its ramp touches the
 //!   tested positions. swiglu_limit 2 so that the clamps engage.
@@ -79,7 +80,7 @@ impl Preset {
                     hc_eps: 1e-6,
                     swiglu_limit: 2.0,
                     sliding_window: 16,
-                    index_n_heads: 4,
+                    index_n_heads: 16,
                     index_head_dim: 16,
                     index_topk: 6,
                     num_nextn_predict_layers: 0,

@@ -53,6 +53,9 @@ fn is_expert(canonical: &str) -> bool {
 impl Synth {
     /// The tensors of `layout`, in write order.
     pub fn plan(&self, layout: CheckpointLayout) -> Result<LayoutPlan> {
+        if layout == CheckpointLayout::TransformersSaved {
+            bail!("synth writes the official, hf (module names) or gguf layout");
+        }
         let specs = self.specs();
         let c = &self.config;
         let mut plans = Vec::new();
@@ -69,6 +72,7 @@ impl Synth {
                 CheckpointLayout::Official => names::official_name(&s.canonical),
                 CheckpointLayout::Hf => names::hf_name(&s.canonical).context("hf name")?,
                 CheckpointLayout::Gguf => names::gguf_name(&s.canonical).context("gguf name")?,
+                CheckpointLayout::TransformersSaved => unreachable!(),
             };
             match (&s.kind, layout) {
                 (Kind::Fp8 { rows, cols, .. }, CheckpointLayout::Official) => {

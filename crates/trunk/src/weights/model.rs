@@ -122,6 +122,7 @@ impl<'a> Loader<'a> {
     fn name(&self, canonical: &str) -> Result<String> {
         Ok(match self.layout {
             CheckpointLayout::Official => names::official_name(canonical),
+            CheckpointLayout::TransformersSaved => names::saved_name(canonical),
             CheckpointLayout::Hf => names::hf_name(canonical).with_context(|| format!("no HF name for `{canonical}`"))?,
             CheckpointLayout::Gguf => {
                 names::gguf_name(canonical).with_context(|| format!("no GGUF name for `{canonical}`"))?
@@ -227,7 +228,7 @@ impl<'a> Loader<'a> {
     fn experts(&self, cfg: &Dsv4Config, l: usize) -> Result<Vec<ExpertWeights>> {
         let (d, i, ne) = (cfg.hidden_size, cfg.moe_intermediate_size, cfg.n_routed_experts);
         match self.layout {
-            CheckpointLayout::Official => (0..ne)
+            CheckpointLayout::Official | CheckpointLayout::TransformersSaved => (0..ne)
                 .map(|e| {
                     let p = format!("layers.{l}.ffn.experts.{e}");
                     Ok(ExpertWeights {
@@ -373,7 +374,11 @@ pub fn detect_layout(src: &dyn TensorSource) -> Result<CheckpointLayout> {
     if src.get("embed.weight").is_some() {
         Ok(CheckpointLayout::Official)
     } else if src.get("model.embed_tokens.weight").is_some() {
-        Ok(CheckpointLayout::Hf)
+        if src.get("model.layers.0.attn_norm.weight").is_some() {
+            Ok(CheckpointLayout::TransformersSaved)
+        } else {
+            Ok(CheckpointLayout::Hf)
+        }
     } else if src.get("token_embd.weight").is_some() {
         Ok(CheckpointLayout::Gguf)
     } else {

@@ -16,6 +16,11 @@ pub enum CheckpointLayout {
     Hf,
     /// llama.cpp's `deepseek4` GGUF tensor names.
     Gguf,
+    /// What transformers 5.17's `save_pretrained` writes: its conversion
+    /// mapping run backwards, i.e. official names under `model.` (with
+    /// `attn.kv_norm` saved as `attn.norm`), per-expert tensors, and
+    /// `model.embed_tokens`, `head`, `model.norm`, `model.hc_head.*`.
+    TransformersSaved,
 }
 
 /// Split `layers.N.rest` into (N, rest).
@@ -147,6 +152,19 @@ pub fn official_name(canonical: &str) -> String {
     }
 }
 
+/// The `save_pretrained` name of a canonical tensor (see `TransformersSaved`).
+pub fn saved_name(canonical: &str) -> String {
+    match canonical {
+        "embed" => "model.embed_tokens.weight".into(),
+        "head" => "head.weight".into(),
+        "norm" => "model.norm.weight".into(),
+        "hc_head_fn" => "model.hc_head.hc_fn".into(),
+        "hc_head_base" => "model.hc_head.hc_base".into(),
+        "hc_head_scale" => "model.hc_head.hc_scale".into(),
+        c => format!("model.{}", official_name(&c.replace(".attn.kv_norm", ".attn.norm"))),
+    }
+}
+
 /// Stacked routed-expert tensors of layer `l`: (gate, up, down).
 pub fn hf_expert_names(l: usize) -> (String, String) {
     (format!("model.layers.{l}.mlp.experts.gate_up_proj"), format!("model.layers.{l}.mlp.experts.down_proj"))
@@ -178,5 +196,8 @@ mod tests {
         assert_eq!(official_name("norm"), "norm.weight");
         assert_eq!(official_name("layers.1.attn.q_norm"), "layers.1.attn.q_norm.weight");
         assert!(hf_name("layers.1.nonsense").is_none());
+        assert_eq!(saved_name("layers.0.attn.kv_norm"), "model.layers.0.attn.norm.weight");
+        assert_eq!(saved_name("layers.0.attn.compressor.norm"), "model.layers.0.attn.compressor.norm.weight");
+        assert_eq!(saved_name("layers.0.ffn.experts.3.w2"), "model.layers.0.ffn.experts.3.w2.weight");
     }
 }
