@@ -305,6 +305,22 @@ impl Dsv4Config {
         );
         let n_hash = self.mlp_layer_types.iter().take_while(|k| **k == MlpKind::Hash).count();
         m.insert("num_hash_layers".into(), Value::from(n_hash));
+        // Rates other than the published 4/128 cannot be read back from
+        // `compress_ratios` by transformers (it maps only 0/4/128), so such
+        // configs also carry the explicit schedule and rates.
+        if self.csa_ratio != 4 || self.hca_ratio != 128 {
+            m.insert(
+                "layer_types".into(),
+                Value::from(self.layer_types.iter().map(|k| k.hf_name()).collect::<Vec<_>>()),
+            );
+            m.insert(
+                "compress_rates".into(),
+                serde_json::json!({
+                    "compressed_sparse_attention": self.csa_ratio,
+                    "heavily_compressed_attention": self.hca_ratio,
+                }),
+            );
+        }
         m.insert("qk_rope_head_dim".into(), Value::from(self.rope_dim));
         if let Some(y) = &self.yarn {
             m.insert(

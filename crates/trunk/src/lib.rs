@@ -10,3 +10,5 @@ pub mod weights;
 pub use config::Dsv4Config;
 pub mod model;
 pub mod tokenizer;
+pub mod bank;
+pub mod generate;

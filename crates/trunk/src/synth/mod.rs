@@ -14,6 +14,7 @@
 //! hc base/scale, tid2eid) are random. `check::activation_report` measures
 //! the result through all layers.
 
+pub mod check;
 pub mod presets;
 pub mod rng;
 pub mod tokenizer;

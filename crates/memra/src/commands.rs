@@ -1,0 +1,284 @@
+//! The subcommands: argument handling and output formatting only.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+
+use crate::args::Args;
+use trunk::bank::Bank;
+use trunk::cpu::{CpuOracle, Logits, Variant};
+use trunk::generate::{greedy_cpu, random_prompt, read_tokens_file};
+use trunk::model::{open_or_embedded, LoadedModel};
+use trunk::synth::check::activation_report;
+use trunk::synth::write::{write_model, WriteOptions};
+use trunk::synth::{Preset, Synth};
+use trunk::weights::{CheckpointLayout, ExpertArm};
+
+fn bar(len: u64, what: &str, bytes: bool) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    let tmpl = if bytes {
+        "{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}"
+    } else {
+        "{msg} [{bar:40}] {pos}/{len} {per_sec} eta {eta}"
+    };
+    pb.set_style(ProgressStyle::with_template(tmpl).unwrap().progress_chars("=> "));
+    pb.set_message(what.to_string());
+    pb
+}
+
+/// The backend option every model-running command carries.
+fn check_backend(a: &Args) -> Result<()> {
+    match a.get("backend").unwrap_or("cpu") {
+        "cpu" => Ok(()),
+        "gpu" => bail!("--backend gpu: this build has no GPU forward yet; use --backend cpu"),
+        other => bail!("unknown --backend `{other}` (cpu or gpu)"),
+    }
+}
+
+fn load(a: &Args) -> Result<(LoadedModel, CpuOracle)> {
+    check_backend(a)?;
+    let arm: ExpertArm = a.parsed_or("experts", ExpertArm::Native)?;
+    let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
+    let model = open_or_embedded(a.path("model").as_deref(), arm)?;
+    let oracle = CpuOracle::new(model.weights.clone(), variant);
+    Ok((model, oracle))
+}
+
+const GENERATE_HELP: &str = "memra generate [--model DIR|FILE.gguf] [--prompt TEXT | --tokens FILE] [--max-tokens N]
+                [--json] [--variant exact|fp8] [--experts native|bf16] [--backend cpu]
+
+Greedy decoding. Without --model it runs the embedded tiny synthetic model
+(generated in memory, seed 0), so it works on a fresh machine. Prints the
+text (stdout) and tokens/s (stderr); --json prints one object with
+`tokens`, `text`, `tokens_per_s`.
+";
+
+pub fn generate(argv: &[String]) -> Result<()> {
+    let a = Args::parse(
+        argv,
+        &["model", "prompt", "tokens", "max-tokens", "variant", "experts", "backend"],
+        &["json", "no-stop"],
+    )?;
+    if a.help {
+        print!("{GENERATE_HELP}");
+        return Ok(());
+    }
+    let (model, oracle) = load(&a)?;
+    let prompt: Vec<u32> = match (a.get("prompt"), a.path("tokens")) {
+        (Some(_), Some(_)) => bail!("give --prompt or --tokens, not both"),
+        (_, Some(f)) => read_tokens_file(&f)?,
+        (p, None) => model.tokenizer.encode(p.unwrap_or("The quick brown fox"))?,
+    };
+    let max_new: usize = a.parsed_or("max-tokens", 32)?;
+    let stop = if a.flag("no-stop") { None } else { model.config().eos_token_id };
+    let g = greedy_cpu(&oracle, &prompt, max_new, stop)?;
+    let text = model.tokenizer.decode(&g.tokens)?;
+    if a.flag("json") {
+        let out = json!({
+            "model": model.label,
+            "variant": oracle.variant.to_string(),
+            "prompt_tokens": g.prompt_tokens,
+            "tokens": g.tokens,
+            "text": text,
+            "tokens_per_s": g.tokens_per_s(),
+            "prefill_seconds": g.prefill_seconds,
+            "decode_seconds": g.decode_seconds,
+        });
+        println!("{out}");
+    } else {
+        println!("{text}");
+        eprintln!(
+            "{}: {} prompt tokens, {} new tokens in {:.3} s ({:.1} tokens/s, prefill {:.3} s)",
+            model.label,
+            g.prompt_tokens,
+            g.tokens.len(),
+            g.prefill_seconds + g.decode_seconds,
+            g.tokens_per_s(),
+            g.prefill_seconds
+        );
+    }
+    Ok(())
+}
+
+const SYNTH_HELP: &str = "memra synth --preset tiny|small|flash-shape --seed S --out DIR
+             [--layout official|hf] [--gguf] [--layers N] [--shard-mb MB] [--check]
+
+Writes a deterministic synthetic DSV4 checkpoint: config.json, safetensors
+(sharded above --shard-mb, default 2000, with model.safetensors.index.json),
+tokenizer.json. --layout official (default) uses the published checkpoint's
+names, dtypes and legacy config keys (FP8 + 128x128 UE8M0 scales, FP4
+experts + 1x32 E8M0 scales); --layout hf uses transformers' parameter names
+(BF16/F32, stacked experts). --gguf also writes DIR/model.gguf in llama.cpp's
+deepseek4 layout. --layers sets flash-shape's depth (default 4). --check runs
+a 64-token prompt through the CPU oracle and reports activation ranges.
+";
+
+pub fn synth(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &["preset", "seed", "out", "layout", "layers", "shard-mb"], &["gguf", "check"])?;
+    if a.help {
+        print!("{SYNTH_HELP}");
+        return Ok(());
+    }
+    let preset = Preset::parse(a.require("preset")?, a.parsed("layers")?)?;
+    let seed: u64 = a.parsed_or("seed", 0)?;
+    let out = PathBuf::from(a.require("out")?);
+    let layout = match a.get("layout").unwrap_or("official") {
+        "official" => CheckpointLayout::Official,
+        "hf" => CheckpointLayout::Hf,
+        other => bail!("unknown --layout `{other}` (official or hf)"),
+    };
+    let shard_mb: usize = a.parsed_or("shard-mb", 2000)?;
+    let s = Synth::new(preset, seed);
+    let t = Instant::now();
+    let write = |layout: CheckpointLayout, path: &Path, what: &str| -> Result<()> {
+        let pb = bar(0, what, true);
+        let opts = WriteOptions { layout, shard_bytes: shard_mb << 20 };
+        write_model(&s, path, &opts, &mut |done, total| {
+            pb.set_length(total as u64);
+            pb.set_position(done as u64);
+        })?;
+        pb.finish_and_clear();
+        Ok(())
+    };
+    write(layout, &out, &format!("{} {:?}", s.name, layout).to_lowercase())?;
+    if a.flag("gguf") {
+        write(CheckpointLayout::Gguf, &out.join("model.gguf"), &format!("{} gguf", s.name))?;
+    }
+    let bytes: u64 = std::fs::read_dir(&out)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
+    eprintln!(
+        "wrote {} (preset {}, seed {seed}, {:?}{}) : {:.1} MB in {:.1} s",
+        out.display(),
+        s.name,
+        layout,
+        if a.flag("gguf") { " + gguf" } else { "" },
+        bytes as f64 / 1e6,
+        t.elapsed().as_secs_f64()
+    );
+    if a.flag("check") {
+        let model = trunk::model::open_model(&out, ExpertArm::Native)?;
+        let oracle = CpuOracle::new(model.weights.clone(), Variant::Exact);
+        let r = activation_report(&oracle, 64)?;
+        eprint!("{}", r.render());
+        let p = r.problems();
+        if !p.is_empty() {
+            bail!("activation check failed: {}", p.join("; "));
+        }
+        eprintln!("activation check: ok");
+    }
+    Ok(())
+}
+
+const BANK_HELP: &str = "memra bank [--model DIR] (--prompt-len N [--seed S] | --tokens FILE) --n N --out FILE
+           [--variant exact|fp8] [--experts native|bf16]
+
+Runs the CPU oracle greedily for N tokens after the prompt and writes the
+banked trajectory JSON: variant, prompt, tokens, top8_ids, top8_logits
+(flat n*8; top-1 is the banked token; non-increasing), source_sha256,
+config_name. --prompt-len draws a seeded random prompt.
+";
+
+pub fn bank(argv: &[String]) -> Result<()> {
+    let a = Args::parse(
+        argv,
+        &["model", "prompt-len", "seed", "tokens", "n", "out", "variant", "experts", "backend"],
+        &[],
+    )?;
+    if a.help {
+        print!("{BANK_HELP}");
+        return Ok(());
+    }
+    let (model, oracle) = load(&a)?;
+    let cfg = model.config();
+    let prompt = match (a.parsed::<usize>("prompt-len")?, a.path("tokens")) {
+        (Some(_), Some(_)) => bail!("give --prompt-len or --tokens, not both"),
+        (Some(n), None) => random_prompt(n, a.parsed_or("seed", 0)?, 2, cfg.vocab_size as u32),
+        (None, Some(f)) => read_tokens_file(&f)?,
+        (None, None) => bail!("give --prompt-len N or --tokens FILE"),
+    };
+    let n: usize = a.parsed("n")?.context("missing --n")?;
+    let out = PathBuf::from(a.require("out")?);
+    let pb = bar(n as u64, "banking", false);
+    let t = Instant::now();
+    let name = model_name(&model);
+    let b = Bank::record(&oracle, &prompt, n, (&name, &model.label, &model.sha256), |k| pb.set_position(k as u64))?;
+    pb.finish_and_clear();
+    write_atomic(&out, &serde_json::to_vec(&b)?)?;
+    eprintln!(
+        "banked {} positions of {} ({}, {} prompt tokens) in {:.1} s -> {}",
+        n,
+        model.label,
+        oracle.variant,
+        prompt.len(),
+        t.elapsed().as_secs_f64(),
+        out.display()
+    );
+    Ok(())
+}
+
+const LOGITS_HELP: &str = "memra logits [--model DIR] --tokens FILE --out FILE [--variant exact|fp8]
+             [--experts native|bf16] [--backend cpu]
+
+Teacher-forced logits of every position: little-endian f32 [n, vocab] in
+FILE, and FILE.json with shape, variant, backend and the weights' sha256.
+";
+
+pub fn logits(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &["model", "tokens", "out", "variant", "experts", "backend"], &[])?;
+    if a.help {
+        print!("{LOGITS_HELP}");
+        return Ok(());
+    }
+    let (model, oracle) = load(&a)?;
+    let tokens = read_tokens_file(&PathBuf::from(a.require("tokens")?))?;
+    if tokens.is_empty() {
+        bail!("the tokens file is empty");
+    }
+    let out = PathBuf::from(a.require("out")?);
+    let mut state = oracle.new_state(tokens.len());
+    let t = Instant::now();
+    let l = oracle.forward(&mut state, &tokens, Logits::All)?;
+    let secs = t.elapsed().as_secs_f64();
+    let mut bytes = Vec::with_capacity(l.len() * 4);
+    for v in &l {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    write_atomic(&out, &bytes)?;
+    let side = json!({
+        "shape": [tokens.len(), model.config().vocab_size],
+        "dtype": "f32",
+        "variant": oracle.variant.to_string(),
+        "experts": format!("{:?}", model.weights.expert_arm).to_lowercase(),
+        "backend": "cpu",
+        "model": model.label,
+        "config_name": model_name(&model),
+        "weights_sha256": model.sha256,
+    });
+    let side_path = PathBuf::from(format!("{}.json", out.display()));
+    write_atomic(&side_path, &serde_json::to_vec_pretty(&side)?)?;
+    eprintln!("{} positions in {:.2} s -> {} (+ {})", tokens.len(), secs, out.display(), side_path.display());
+    Ok(())
+}
+
+fn model_name(m: &LoadedModel) -> String {
+    let c = m.config();
+    format!("dsv4-{}l-d{}-e{}-v{}", c.num_hidden_layers, c.hidden_size, c.n_routed_experts, c.vocab_size)
+}
+
+/// Write to a temporary file and rename it into place.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = PathBuf::from(format!("{}.tmp", path.display()));
+    let mut f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    Ok(())
+}
