@@ -1,0 +1,99 @@
+//! The command line as users and other tools call it.
+
+use std::process::Command;
+
+fn memra(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_memra")).args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn generate_runs_the_embedded_model() {
+    let (ok, out, err) = memra(&["generate", "--json", "--max-tokens", "12", "--prompt", "Hello"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let toks = v["tokens"].as_array().unwrap();
+    assert!(!toks.is_empty() && toks.len() <= 12);
+    assert!(v["tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(v["text"].is_string());
+    // deterministic
+    let (_, out2, _) = memra(&["generate", "--json", "--max-tokens", "12", "--prompt", "Hello"]);
+    let v2: serde_json::Value = serde_json::from_str(out2.trim()).unwrap();
+    assert_eq!(v["tokens"], v2["tokens"]);
+}
+
+#[test]
+fn bank_and_logits_agree() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let model = d.join("tiny");
+    let (ok, _, err) = memra(&["synth", "--preset", "tiny", "--seed", "2", "--out", model.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let bank = d.join("bank.json");
+    let (ok, _, err) = memra(&[
+        "bank", "--model", model.to_str().unwrap(), "--prompt-len", "24", "--n", "40", "--out", bank.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bank).unwrap()).unwrap();
+    let prompt: Vec<u64> = b["prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let tokens: Vec<u64> = b["tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let ids = b["top8_ids"].as_array().unwrap();
+    let lg: Vec<f64> = b["top8_logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert_eq!((prompt.len(), tokens.len(), ids.len(), lg.len()), (24, 40, 320, 320));
+    assert_eq!(b["variant"], "exact");
+    assert_eq!(b["source_sha256"].as_str().unwrap().len(), 64);
+    for i in 0..40 {
+        assert_eq!(ids[i * 8].as_u64().unwrap(), tokens[i]);
+        assert!(lg[i * 8..i * 8 + 8].windows(2).all(|w| w[0] >= w[1]));
+    }
+    // teacher-forced logits of prompt ++ tokens reproduce the banked top-8 bit for bit
+    let seq: Vec<u64> = prompt.iter().chain(&tokens).copied().collect();
+    let toks = d.join("seq.json");
+    std::fs::write(&toks, serde_json::to_vec(&serde_json::json!({ "tokens": seq })).unwrap()).unwrap();
+    let out = d.join("logits.f32");
+    let (ok, _, err) = memra(&[
+        "logits", "--model", model.to_str().unwrap(), "--tokens", toks.to_str().unwrap(), "--out", out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let side: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("logits.f32.json")).unwrap()).unwrap();
+    assert_eq!(side["shape"], serde_json::json!([64, 320]));
+    assert_eq!(side["weights_sha256"], b["source_sha256"]);
+    let raw = std::fs::read(&out).unwrap();
+    let l: Vec<f32> = raw.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    for i in 0..40 {
+        let row = &l[(23 + i) * 320..(24 + i) * 320];
+        for k in 0..8 {
+            let id = ids[i * 8 + k].as_u64().unwrap() as usize;
+            assert_eq!(row[id], lg[i * 8 + k] as f32, "position {i} rank {k}");
+        }
+    }
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let (ok, _, err) = memra(&["generate", "--model", "/nonexistent/dir"]);
+    assert!(!ok && err.contains("/nonexistent/dir"), "{err}");
+    let (ok, _, err) = memra(&["generate", "--bogus"]);
+    assert!(!ok && err.contains("--bogus"), "{err}");
+    let (ok, _, err) = memra(&["bank", "--n", "3", "--out", "/tmp/x.json"]);
+    assert!(!ok && err.contains("--prompt-len"), "{err}");
+    let (ok, _, err) = memra(&["generate", "--variant", "fp7"]);
+    assert!(!ok && err.contains("fp7"), "{err}");
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.json");
+    std::fs::write(&t, "[1, 2, -3]").unwrap();
+    let (ok, _, err) = memra(&["generate", "--tokens", t.to_str().unwrap()]);
+    assert!(!ok && err.contains("tokens[2]"), "{err}");
+    std::fs::write(&t, "[1, 2, 99999]").unwrap();
+    let (ok, _, err) = memra(&["generate", "--tokens", t.to_str().unwrap()]);
+    assert!(!ok && err.contains("99999"), "{err}");
+}
+
+#[test]
+fn every_command_has_help() {
+    for c in ["generate", "synth", "bank", "logits"] {
+        let (ok, out, _) = memra(&[c, "--help"]);
+        assert!(ok && out.contains(&format!("memra {c}")), "{c}: {out}");
+    }
+}
