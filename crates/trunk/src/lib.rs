@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod cpu;
+pub mod gpu;
 pub mod state;
 pub mod synth;
 pub mod weights;

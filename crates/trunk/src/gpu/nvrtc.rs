@@ -1,0 +1,83 @@
+//! Kernel sources (`kernels/*.cu`, one op per file) compiled by NVRTC at load
+//! time for `compute_90`, once per process.
+
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, Result};
+
+/// The kernel files, in translation-unit order (the shared header first).
+pub const SOURCES: &[(&str, &str)] = &[
+    ("common.cuh", include_str!("../../../../kernels/common.cuh")),
+    ("linear.cu", include_str!("../../../../kernels/linear.cu")),
+    ("norm.cu", include_str!("../../../../kernels/norm.cu")),
+    ("embed.cu", include_str!("../../../../kernels/embed.cu")),
+    ("hc.cu", include_str!("../../../../kernels/hc.cu")),
+    ("rope.cu", include_str!("../../../../kernels/rope.cu")),
+    ("quant.cu", include_str!("../../../../kernels/quant.cu")),
+    ("attention.cu", include_str!("../../../../kernels/attention.cu")),
+    ("compressor.cu", include_str!("../../../../kernels/compressor.cu")),
+    ("indexer.cu", include_str!("../../../../kernels/indexer.cu")),
+    ("moe.cu", include_str!("../../../../kernels/moe.cu")),
+    ("argmax.cu", include_str!("../../../../kernels/argmax.cu")),
+];
+
+/// Every kernel entry point the engine launches.
+pub const KERNELS: &[&str] = &[
+    "linear_f32",
+    "rms_norm_f32",
+    "embed_rows",
+    "hc_pre",
+    "hc_post",
+    "hc_head",
+    "rope_rows",
+    "act_fp8_rows",
+    "kv_fp8_rows",
+    "indexer_rows",
+    "attention_rows",
+    "ring_append",
+    "compress_pool",
+    "compress_ring_append",
+    "indexer_scores",
+    "indexer_topk",
+    "moe_route",
+    "expert_gate_up",
+    "expert_down",
+    "swiglu_rows",
+    "moe_combine",
+    "argmax_rows",
+];
+
+/// The whole translation unit.
+pub fn source() -> String {
+    let mut s = String::new();
+    for (name, text) in SOURCES {
+        s += &format!("// ---- {name} ----\n{text}\n");
+    }
+    s
+}
+
+/// Whether a shared library can be opened, under any of cudarc's names.
+pub fn library_present(name: &str) -> bool {
+    cudarc::get_lib_name_candidates(name).iter().any(|c| unsafe { libloading::Library::new(c) }.is_ok())
+}
+
+/// Compile the kernels to PTX (cached for the process).
+pub fn ptx() -> Result<&'static str> {
+    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+    PTX.get_or_init(|| {
+        if !library_present("nvrtc") {
+            return Err("NVRTC (libnvrtc.so) was not found: kernels cannot be compiled on this machine".into());
+        }
+        let opts = cudarc::nvrtc::CompileOptions {
+            arch: Some("compute_90"),
+            options: vec!["--std=c++17".into()],
+            ..Default::default()
+        };
+        cudarc::nvrtc::compile_ptx_with_opts(source(), opts)
+            .map(|p| p.to_src())
+            .map_err(|e| format!("NVRTC failed to compile kernels/: {e}"))
+    })
+    .as_ref()
+    .map(|s| s.as_str())
+    .map_err(|e| anyhow!("{e}"))
+}

@@ -1,0 +1,90 @@
+// attention.cu — sparse attention with a sink over one shared K=V head
+// (CPU twin: cpu/ops/attention.rs, key gathering in cpu/forward.rs).
+//
+// Query t (position p = t0 + t), head h attends to the window rows at
+// positions max(0, p-window+1) ..= p — from the ring (positions < t0, slot
+// pos % ring_rows) or from this chunk's rows `local` — then to compressed
+// entries: mode 1 (HCA) every entry s < (p+1)/ratio, mode 2 (CSA) the
+// indexer's list sel[t, 0..topk) (-1 = none). Logits q.k * scale join a
+// per-head sink logit; out = sum p_j k_j / denominator.
+// grid (n, heads), block 128, dynamic smem: (hd + max_keys) floats.
+extern "C" __global__ void attention_rows(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
+                                          const float* __restrict__ local, const float* __restrict__ entries,
+                                          const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
+                                          int window, const float* __restrict__ sinks, int hd, float scale,
+                                          float* __restrict__ out) {
+    extern __shared__ float sm[];
+    __shared__ float red[32];
+    float* qs = sm;
+    float* logits = sm + hd;
+    const int t = blockIdx.x, h = blockIdx.y, heads = gridDim.y;
+    const int p = t0 + t;
+    const float* qrow = q + ((size_t)t * heads + h) * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = qrow[i];
+    __syncthreads();
+    const int first = max(0, p - window + 1);
+    const int nwin = p - first + 1;
+    int nent = 0;
+    if (mode == 1) nent = (p + 1) / ratio;
+    else if (mode == 2) nent = topk;
+    const int nk = nwin + nent;
+    const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    for (int j = warp; j < nk; j += nwarps) {
+        const float* k = 0;
+        if (j < nwin) {
+            const int pos = first + j;
+            k = pos < t0 ? ring + (size_t)(pos % ring_rows) * hd : local + (size_t)(pos - t0) * hd;
+        } else {
+            const int s = mode == 1 ? j - nwin : sel[(size_t)t * topk + (j - nwin)];
+            if (s >= 0) k = entries + (size_t)s * hd;
+        }
+        float acc = 0.f;
+        if (k) {
+            for (int i = lane; i < hd; i += 32) acc = fmaf(qs[i], k[i], acc);
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        }
+        if (lane == 0) logits[j] = k ? acc * scale : -INFINITY;
+    }
+    __syncthreads();
+    float mx = sinks[h];
+    for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmaxf(mx, logits[j]);
+    mx = block_max(mx, red);
+    float part = 0.f;
+    for (int j = threadIdx.x; j < nk; j += blockDim.x) {
+        const float e = logits[j] == -INFINITY ? 0.f : expf(logits[j] - mx);
+        logits[j] = e;
+        part += e;
+    }
+    const float denom = block_sum(part, red) + expf(sinks[h] - mx);
+    __syncthreads();
+    float* orow = out + ((size_t)t * heads + h) * hd;
+    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        float acc = 0.f;
+        for (int j = 0; j < nk; j++) {
+            const float pj = logits[j];
+            if (pj == 0.f) continue;
+            const float* k;
+            if (j < nwin) {
+                const int pos = first + j;
+                k = pos < t0 ? ring + (size_t)(pos % ring_rows) * hd : local + (size_t)(pos - t0) * hd;
+            } else {
+                const int s = mode == 1 ? j - nwin : sel[(size_t)t * topk + (j - nwin)];
+                k = entries + (size_t)s * hd;
+            }
+            acc = fmaf(pj, k[i], acc);
+        }
+        orow[i] = acc / denom;
+    }
+}
+
+// Append the last rows of a chunk to a ring: rows t with t >= n - ring_rows
+// go to slot (t0 + t) % ring_rows. grid (min(n, ring_rows)), block 256.
+extern "C" __global__ void ring_append(float* __restrict__ ring, int ring_rows, const float* __restrict__ rows,
+                                       int width, int n, int t0) {
+    const int skip = n > ring_rows ? n - ring_rows : 0;
+    const int t = skip + blockIdx.x;
+    const float* src = rows + (size_t)t * width;
+    float* dst = ring + (size_t)((t0 + t) % ring_rows) * width;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
+}

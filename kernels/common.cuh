@@ -1,0 +1,175 @@
+// common.cuh — types and number-format helpers shared by every kernel.
+//
+// The engine compiles all kernels as one NVRTC translation unit: this
+// header first, then each op file. No CUDA headers are needed.
+//
+// Weights are described by `Mat` (row-major [rows, cols], like nn.Linear):
+//   FMT_F32, FMT_BF16: dense;
+//   FMT_FP8: E4M3 bytes with one f32 scale per 128x128 tile;
+//   FMT_FP4: E2M1 nibbles, two per byte along a row (low nibble first), one
+//            E8M0 scale byte per 32 columns.
+// Every op reduces in a fixed order that does not depend on how many tokens
+// a launch holds, so chunked prefill and decode give identical bits.
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+#define FMT_F32 0
+#define FMT_BF16 1
+#define FMT_FP8 2
+#define FMT_FP4 3
+
+struct Mat {
+    u64 data;     // element bytes
+    u64 scales;   // FP8: f32 tile scales; FP4: E8M0 bytes; else 0
+    int rows;
+    int cols;
+    int fmt;
+    int pad;
+};
+
+__device__ __forceinline__ float bf16_bits(u32 b) { return __uint_as_float(b << 16); }
+
+// E4M3 code -> value (NaN for S.1111.111).
+__device__ __forceinline__ float e4m3_decode(u32 v) {
+    u32 e = (v >> 3) & 0xF, m = v & 7;
+    float f;
+    if (e == 0) f = (float)m * 0.001953125f;                 // m * 2^-9
+    else if (e == 15 && m == 7) f = __uint_as_float(0x7fc00000u);
+    else f = __uint_as_float(((e + 120u) << 23) | (m << 20));
+    return (v & 0x80) ? -f : f;
+}
+
+// E2M1 nibble -> value.
+__device__ __forceinline__ float e2m1_decode(u32 b) {
+    u32 e = (b >> 1) & 3, m = b & 1;
+    float f = (e == 0) ? (float)m * 0.5f : __uint_as_float(((e + 126u) << 23) | (m << 22));
+    return (b & 8) ? -f : f;
+}
+
+// E8M0 scale byte -> 2^(e-127).
+__device__ __forceinline__ float e8m0_decode(u32 e) {
+    if (e == 255) return __uint_as_float(0x7fc00000u);
+    if (e == 0) return __uint_as_float(0x00400000u);
+    return __uint_as_float(e << 23);
+}
+
+// Decode 8 consecutive weights W[r, k..k+8) (k % 8 == 0) to f32.
+__device__ __forceinline__ void load8(const Mat& m, int r, int k, float* w) {
+    if (m.fmt == FMT_BF16) {
+        const uint4 v = *(const uint4*)((const u16*)m.data + (size_t)r * m.cols + k);
+        w[0] = bf16_bits(v.x & 0xffff); w[1] = __uint_as_float(v.x & 0xffff0000u);
+        w[2] = bf16_bits(v.y & 0xffff); w[3] = __uint_as_float(v.y & 0xffff0000u);
+        w[4] = bf16_bits(v.z & 0xffff); w[5] = __uint_as_float(v.z & 0xffff0000u);
+        w[6] = bf16_bits(v.w & 0xffff); w[7] = __uint_as_float(v.w & 0xffff0000u);
+    } else if (m.fmt == FMT_FP8) {
+        const uint2 v = *(const uint2*)((const u8*)m.data + (size_t)r * m.cols + k);
+        const float s = ((const float*)m.scales)[(size_t)(r >> 7) * ((m.cols + 127) >> 7) + (k >> 7)];
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            w[j] = e4m3_decode((v.x >> (8 * j)) & 0xff) * s;
+            w[4 + j] = e4m3_decode((v.y >> (8 * j)) & 0xff) * s;
+        }
+    } else if (m.fmt == FMT_FP4) {
+        const u32 v = *(const u32*)((const u8*)m.data + ((size_t)r * m.cols + k) / 2);
+        const float s = e8m0_decode(((const u8*)m.scales)[(size_t)r * (m.cols >> 5) + (k >> 5)]);
+        #pragma unroll
+        for (int j = 0; j < 8; j++) w[j] = e2m1_decode((v >> (4 * j)) & 0xf) * s;
+    } else {
+        const float4 a = *(const float4*)((const float*)m.data + (size_t)r * m.cols + k);
+        const float4 b = *(const float4*)((const float*)m.data + (size_t)r * m.cols + k + 4);
+        w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+        w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+    }
+}
+
+// Dot of weight row r with a dense f32 vector x (cols long), by one warp:
+// lanes take 8-wide chunks k = 8*lane + 256*i in order, then a fixed
+// butterfly. Every lane returns the full sum.
+__device__ __forceinline__ float warp_dot_row(const Mat& m, int r, const float* x) {
+    const int lane = threadIdx.x & 31;
+    float acc = 0.f;
+    float w[8];
+    for (int k = lane * 8; k < m.cols; k += 256) {
+        load8(m, r, k, w);
+        #pragma unroll
+        for (int j = 0; j < 8; j++) acc = fmaf(w[j], x[k + j], acc);
+    }
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    return acc;
+}
+
+// Fixed-order block sum of one value per thread (blockDim.x a multiple of 32,
+// at most 1024). `red` holds 32 floats of shared memory. All threads get it.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = 0.f;
+    const int nw = blockDim.x >> 5;
+    for (int i = 0; i < nw; i++) t += red[i];
+    return t;
+}
+
+__device__ __forceinline__ float block_max(float v, float* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float t = red[0];
+    const int nw = blockDim.x >> 5;
+    for (int i = 1; i < nw; i++) t = fmaxf(t, red[i]);
+    return t;
+}
+
+// 2^ceil(log2(amax / maxcode)), as the UE8M0 reference computes it.
+__device__ __forceinline__ float pow2_scale(float amax, float maxcode) {
+    const u32 b = __float_as_uint(amax / maxcode);
+    int e = (b >> 23) & 0xff;
+    if (e == 0) return __uint_as_float(1u << 23);
+    if (b & 0x7fffff) e += 1;
+    e = e < 1 ? 1 : (e > 254 ? 254 : e);
+    return __uint_as_float((u32)e << 23);
+}
+
+// Round to the nearest E4M3 value, ties to even (|x| <= 448 given).
+__device__ __forceinline__ float e4m3_round(float x) {
+    const float a = fabsf(x);
+    float q;
+    if (a < 0.015625f) {
+        q = rintf(a * 512.f) * 0.001953125f;
+    } else {
+        int e;
+        frexpf(a, &e);
+        const float step = ldexpf(1.f, e - 4);
+        q = fminf(rintf(a / step) * step, 448.f);
+    }
+    return copysignf(q, x);
+}
+
+// Round to the nearest E2M1 value, ties to even (|x| <= 6 given).
+__device__ __forceinline__ float e2m1_round(float x) {
+    const float a = fabsf(x);
+    float q;
+    if (a < 1.f) {
+        q = rintf(a * 2.f) * 0.5f;
+    } else {
+        int e;
+        frexpf(a, &e);
+        const float step = ldexpf(1.f, e - 2);
+        q = fminf(rintf(a / step) * step, 6.f);
+    }
+    return copysignf(q, x);
+}

@@ -1,0 +1,14 @@
+// embed.cu — residual streams from token embeddings: x[t, j, :] = E[tok[t], :]
+// for every hyper-connection stream j.   (CPU twin: cpu/forward.rs, embedding)
+// grid (n, hc), block 256; E.cols % 8 == 0.
+extern "C" __global__ void embed_rows(Mat e, const int* __restrict__ tokens, float* __restrict__ x) {
+    const int t = blockIdx.x, j = blockIdx.y, hc = gridDim.y;
+    const int d = e.cols;
+    float* out = x + ((size_t)t * hc + j) * d;
+    float w[8];
+    for (int k = threadIdx.x * 8; k < d; k += blockDim.x * 8) {
+        load8(e, tokens[t], k, w);
+        #pragma unroll
+        for (int i = 0; i < 8; i++) out[k + i] = w[i];
+    }
+}

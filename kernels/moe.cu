@@ -1,0 +1,107 @@
+// moe.cu — routing and clamped SwiGLU experts   (CPU twin: cpu/ops/moe.rs)
+//
+// moe_route: per token, scores = sqrt(softplus(logit)) (func 0), sigmoid (1)
+//   or softmax (2); the top-k of score + bias (ties to the lower expert) or
+//   tid2eid[token]; weights = chosen scores / (sum + 1e-20) * scaling.
+//   grid (n), block 32.
+// expert_gate_up: for pair (token, slot) and row i of the expert:
+//   h = silu(min(x.W1_i, lim)) * clamp(x.W3_i, -lim, lim) * weight.
+//   One warp per (pair, row); `pairs` lists the pair ids a launch covers
+//   (all of them for the fused arm, one expert's for the per-expert arm):
+//   both compute every element with the same instructions.
+//   grid (ceil(inter/4), npairs), block 128.
+// expert_down: out[pair, j] = W2_j . h[pair]; grid (ceil(d/4), npairs), block 128.
+// moe_combine: y[t] = sum_slot out[t*k + slot] + shared[t]; grid (n, ceil(d/256)).
+
+extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_experts, int k,
+                                     const float* __restrict__ bias, const int* __restrict__ tid2eid,
+                                     const int* __restrict__ tokens, int func, int norm, float scaling,
+                                     int* __restrict__ idx, float* __restrict__ wts) {
+    if (threadIdx.x != 0) return;
+    const int t = blockIdx.x;
+    const float* l = logits + (size_t)t * n_experts;
+    double mx = -1e300, z = 0.0;
+    if (func == 2) {
+        for (int e = 0; e < n_experts; e++) mx = fmax(mx, (double)l[e]);
+        for (int e = 0; e < n_experts; e++) z += exp((double)l[e] - mx);
+    }
+    #define SCORE(e) (func == 0 ? sqrt((double)l[e] > 20.0 ? (double)l[e] : log1p(exp((double)l[e]))) \
+                    : func == 1 ? 1.0 / (1.0 + exp(-(double)l[e])) : exp((double)l[e] - mx) / z)
+    int chosen[16];
+    double w[16];
+    if (tid2eid) {
+        for (int s = 0; s < k; s++) chosen[s] = tid2eid[(size_t)tokens[t] * k + s];
+    } else {
+        for (int s = 0; s < k; s++) {
+            int best = -1;
+            double bv = 0.0;
+            for (int e = 0; e < n_experts; e++) {
+                bool taken = false;
+                for (int q = 0; q < s; q++) taken |= chosen[q] == e;
+                if (taken) continue;
+                const double v = SCORE(e) + (bias ? (double)bias[e] : 0.0);
+                if (best < 0 || v > bv) { best = e; bv = v; }
+            }
+            chosen[s] = best;
+        }
+    }
+    double sum = 0.0;
+    for (int s = 0; s < k; s++) { w[s] = SCORE(chosen[s]); sum += w[s]; }
+    for (int s = 0; s < k; s++) {
+        const double v = norm ? w[s] / (sum + 1e-20) : w[s];
+        idx[(size_t)t * k + s] = chosen[s];
+        wts[(size_t)t * k + s] = (float)(v * scaling);
+    }
+    #undef SCORE
+}
+
+__device__ __forceinline__ float swiglu(float g, float u, float lim, float w) {
+    g = fminf(g, lim);
+    u = fminf(fmaxf(u, -lim), lim);
+    return g / (1.f + expf(-g)) * u * w;
+}
+
+extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat* __restrict__ w3s,
+                                          const float* __restrict__ x, int d, const int* __restrict__ idx,
+                                          const float* __restrict__ wts, int k, const int* __restrict__ pairs,
+                                          float lim, int inter, float* __restrict__ h) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int i = blockIdx.x * 4 + warp;
+    if (i >= inter) return;
+    const int pair = pairs[blockIdx.y];
+    const int t = pair / k;
+    const int e = idx[pair];
+    const float* xt = x + (size_t)t * d;
+    const float g = warp_dot_row(w1s[e], i, xt);
+    const float u = warp_dot_row(w3s[e], i, xt);
+    if (lane == 0) h[(size_t)pair * inter + i] = swiglu(g, u, lim, wts[pair]);
+}
+
+extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float* __restrict__ h, int inter,
+                                       const int* __restrict__ idx, const int* __restrict__ pairs, int d,
+                                       float* __restrict__ out) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j = blockIdx.x * 4 + warp;
+    if (j >= d) return;
+    const int pair = pairs[blockIdx.y];
+    const float v = warp_dot_row(w2s[idx[pair]], j, h + (size_t)pair * inter);
+    if (lane == 0) out[(size_t)pair * d + j] = v;
+}
+
+// Shared expert middle: h = swiglu(g, u) with weight 1, elementwise over n*inter.
+extern "C" __global__ void swiglu_rows(const float* __restrict__ g, const float* __restrict__ u, float lim, int len,
+                                       float* __restrict__ h) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < len) h[i] = swiglu(g[i], u[i], lim, 1.f);
+}
+
+extern "C" __global__ void moe_combine(const float* __restrict__ out, const float* __restrict__ shared, int k, int d,
+                                       int skip_shared, float* __restrict__ y) {
+    const int t = blockIdx.x;
+    const int j = blockIdx.y * blockDim.x + threadIdx.x;
+    if (j >= d) return;
+    float acc = 0.f;
+    for (int s = 0; s < k; s++) acc += out[((size_t)t * k + s) * d + j];
+    if (!skip_shared) acc += shared[(size_t)t * d + j];
+    y[(size_t)t * d + j] = acc;
+}

@@ -1,0 +1,52 @@
+// quant.cu — activation quantization of the `fp8` variant   (CPU twin: cpu/ops/quant.rs)
+//
+// act_fp8_rows: each row through FP8 E4M3 in 1x128 blocks (power-of-two
+//   scale from the block amax, floored at 1e-4); grid (rows, ceil(width/128)), block 128.
+// kv_fp8_rows: the first width-rope dims of each row in 1x64 blocks;
+//   grid (rows, ceil(nope/64)), block 64.
+// indexer_rows: orthonormal Walsh-Hadamard of each row (power-of-two width
+//   <= 1024), then FP4 E2M1 in 1x32 blocks; grid (rows), block width.
+
+__device__ __forceinline__ void fp8_block(float* v, int len, float* red) {
+    const int i = threadIdx.x;
+    const float a = i < len ? fabsf(v[i]) : 0.f;
+    const float amax = fmaxf(block_max(a, red), 1e-4f);
+    const float s = pow2_scale(amax, 448.f);
+    if (i < len) v[i] = e4m3_round(fminf(fmaxf(v[i] / s, -448.f), 448.f)) * s;
+}
+
+extern "C" __global__ void act_fp8_rows(float* __restrict__ x, int width) {
+    __shared__ float red[32];
+    const int b0 = blockIdx.y * 128;
+    fp8_block(x + (size_t)blockIdx.x * width + b0, min(128, width - b0), red);
+}
+
+extern "C" __global__ void kv_fp8_rows(float* __restrict__ x, int width, int nope) {
+    __shared__ float red[32];
+    const int b0 = blockIdx.y * 64;
+    fp8_block(x + (size_t)blockIdx.x * width + b0, min(64, nope - b0), red);
+}
+
+extern "C" __global__ void indexer_rows(float* __restrict__ x, int width) {
+    extern __shared__ float h[];
+    float* row = x + (size_t)blockIdx.x * width;
+    const int i = threadIdx.x;
+    h[i] = row[i];
+    __syncthreads();
+    for (int len = 1; len < width; len <<= 1) {
+        float v = 0.f;
+        const int j = i ^ len;
+        v = (i & len) ? h[j] - h[i] : h[i] + h[j];
+        __syncthreads();
+        h[i] = v;
+        __syncthreads();
+    }
+    const float hv = h[i] * rsqrtf((float)width);
+    // FP4 in blocks of 32 = one warp each
+    float a = fabsf(hv);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    const float amax = fmaxf(a, 6.f * __uint_as_float(1u << 23));
+    const float s = pow2_scale(amax, 6.f);
+    row[i] = e2m1_round(fminf(fmaxf(hv / s, -6.f), 6.f)) * s;
+}
