@@ -10,7 +10,8 @@
 // from the pending ring. Then RMSNorm with weight, RoPE at w*ratio, and the
 // variant's finish (post: 0 none, 1 FP8 on the non-rope dims (1x64),
 // 2 Hadamard + FP4 (1x32)).
-// grid (number of closing windows), block hd (<= 1024, a multiple of 32).
+// grid (number of closing windows), block max(32, hd) rounded up to 32 (hd <= 1024),
+// dynamic smem hd floats.
 
 __device__ __forceinline__ void raw_at(int q, int t0, const float* kv_local, const float* gate_local,
                                        const float* ring, int ring_rows, int W, const float** kv,
@@ -37,9 +38,10 @@ extern "C" __global__ void compress_pool(const float* __restrict__ kv_local, con
     // the b-th window closing in [t0, t0+n)
     const int w = t0 / ratio + blockIdx.x;  // windows closed before t0: t0 / ratio
     const int i = threadIdx.x;
+    const bool on = i < hd;
     // pool channel i
     float mx = -INFINITY;
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 2 && on; pass++) {
         float num = 0.f, den = 0.f;
         for (int half = 0; half < (overlap ? 2 : 1); half++) {
             const int ws = overlap ? w - 1 + half : w;
@@ -62,15 +64,16 @@ extern "C" __global__ void compress_pool(const float* __restrict__ kv_local, con
     }
     __syncthreads();
     // RMSNorm with weight
-    const float ss = block_sum(e[i] * e[i], red);
+    const float ev = on ? e[i] : 0.f;
+    const float ss = block_sum(ev * ev, red);
     const float r = rsqrtf(ss / (float)hd + eps);
-    float v = e[i] * r * norm_w[i];
+    const float v = on ? ev * r * norm_w[i] : 0.f;
     __syncthreads();
-    e[i] = v;
+    if (on) e[i] = v;
     __syncthreads();
     // RoPE at w * ratio on the last 2*npairs dims
     const int off = hd - 2 * npairs;
-    if (i >= off && ((i - off) & 1) == 0) {
+    if (on && i >= off && ((i - off) & 1) == 0) {
         const int pi = (i - off) >> 1;
         const float ang = (float)(w * ratio) * inv_freq[pi];
         const float c = (float)cos((double)ang), s = (float)sin((double)ang);
@@ -80,7 +83,7 @@ extern "C" __global__ void compress_pool(const float* __restrict__ kv_local, con
     }
     __syncthreads();
     float* dst = entries + (size_t)w * hd;
-    dst[i] = e[i];
+    if (on) dst[i] = e[i];
     __syncthreads();
     if (post == 1) {
         // FP8 on the non-rope dims, blocks of 64 (hd - 2*npairs is a multiple of 64)
@@ -102,18 +105,21 @@ extern "C" __global__ void compress_pool(const float* __restrict__ kv_local, con
     } else if (post == 2) {
         // Hadamard over hd (a power of two), then FP4 in blocks of 32
         for (int len = 1; len < hd; len <<= 1) {
-            const int j = i ^ len;
-            const float nv = (i & len) ? e[j] - e[i] : e[i] + e[j];
+            float nv = 0.f;
+            if (on) {
+                const int j = i ^ len;
+                nv = (i & len) ? e[j] - e[i] : e[i] + e[j];
+            }
             __syncthreads();
-            e[i] = nv;
+            if (on) e[i] = nv;
             __syncthreads();
         }
-        const float hv = e[i] * rsqrtf((float)hd);
+        const float hv = on ? e[i] * rsqrtf((float)hd) : 0.f;
         float a = fabsf(hv);
         #pragma unroll
         for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
         const float s = pow2_scale(fmaxf(a, 6.f * __uint_as_float(1u << 23)), 6.f);
-        dst[i] = e2m1_round(fminf(fmaxf(hv / s, -6.f), 6.f)) * s;
+        if (on) dst[i] = e2m1_round(fminf(fmaxf(hv / s, -6.f), 6.f)) * s;
     }
     (void)n;
 }

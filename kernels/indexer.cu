@@ -2,14 +2,14 @@
 //
 // indexer_scores: for query t (position p = t0 + t), every visible key
 //   s < (p+1)/ratio scores sum_h w[t,h] * relu(q[t,h] . k_s) / sqrt(di);
-//   heads in order; grid (n), block 256; scores[t * max_entries + s].
+//   heads in order (w scaled by wscale); grid (n), block 256; scores[t * max_entries + s].
 // indexer_topk: the topk best visible entries, ascending indices, ties to
 //   the lower index; -1 pads. The k-th largest key is found by a bitwise
 //   search on order-preserving integer keys. grid (n), block 256.
 
 extern "C" __global__ void indexer_scores(const float* __restrict__ q, const float* __restrict__ w,
                                           const float* __restrict__ keys, int heads, int di, int ratio, int t0,
-                                          int max_entries, float* __restrict__ scores) {
+                                          int max_entries, float wscale, float* __restrict__ scores) {
     const int t = blockIdx.x;
     const int p = t0 + t;
     const int visible = (p + 1) / ratio;
@@ -24,7 +24,7 @@ extern "C" __global__ void indexer_scores(const float* __restrict__ q, const flo
             for (int i = lane; i < di; i += 32) acc = fmaf(qt[(size_t)h * di + i], k[i], acc);
             #pragma unroll
             for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-            total = fmaf(fmaxf(acc, 0.f) * sm, w[(size_t)t * heads + h], total);
+            total = fmaf(fmaxf(acc, 0.f) * sm, w[(size_t)t * heads + h] * wscale, total);
         }
         if (lane == 0) scores[(size_t)t * max_entries + s] = total;
     }

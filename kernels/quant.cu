@@ -5,7 +5,8 @@
 // kv_fp8_rows: the first width-rope dims of each row in 1x64 blocks;
 //   grid (rows, ceil(nope/64)), block 64.
 // indexer_rows: orthonormal Walsh-Hadamard of each row (power-of-two width
-//   <= 1024), then FP4 E2M1 in 1x32 blocks; grid (rows), block width.
+//   <= 1024), then FP4 E2M1 in 1x32 blocks; grid (rows), block max(32, width),
+//   dynamic smem width floats.
 
 __device__ __forceinline__ void fp8_block(float* v, int len, float* red) {
     const int i = threadIdx.x;
@@ -31,22 +32,25 @@ extern "C" __global__ void indexer_rows(float* __restrict__ x, int width) {
     extern __shared__ float h[];
     float* row = x + (size_t)blockIdx.x * width;
     const int i = threadIdx.x;
-    h[i] = row[i];
+    const bool on = i < width;
+    if (on) h[i] = row[i];
     __syncthreads();
     for (int len = 1; len < width; len <<= 1) {
         float v = 0.f;
-        const int j = i ^ len;
-        v = (i & len) ? h[j] - h[i] : h[i] + h[j];
+        if (on) {
+            const int j = i ^ len;
+            v = (i & len) ? h[j] - h[i] : h[i] + h[j];
+        }
         __syncthreads();
-        h[i] = v;
+        if (on) h[i] = v;
         __syncthreads();
     }
-    const float hv = h[i] * rsqrtf((float)width);
+    const float hv = on ? h[i] * rsqrtf((float)width) : 0.f;
     // FP4 in blocks of 32 = one warp each
     float a = fabsf(hv);
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
     const float amax = fmaxf(a, 6.f * __uint_as_float(1u << 23));
     const float s = pow2_scale(amax, 6.f);
-    row[i] = e2m1_round(fminf(fmaxf(hv / s, -6.f), 6.f)) * s;
+    if (on) row[i] = e2m1_round(fminf(fmaxf(hv / s, -6.f), 6.f)) * s;
 }

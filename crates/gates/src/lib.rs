@@ -1,1 +1,12 @@
+//! gates: the checks that prove a realization right. Every gate has a test
+//! that injects a real fault and sees the gate fail.
+//!
+//! - `band`: the drift band a legitimate disagreement must stay inside;
+//! - `tf`: the teacher-forced gate against a banked CPU trajectory;
+//! - `chunks`: batch invariance of the GPU forward;
+//! - `gpu`: the GPU as a realization, and GPU-against-CPU comparison.
 
+pub mod band;
+pub mod chunks;
+pub mod gpu;
+pub mod tf;

@@ -11,7 +11,8 @@ use serde_json::json;
 use crate::args::Args;
 use trunk::bank::Bank;
 use trunk::cpu::{CpuOracle, Logits, Variant};
-use trunk::generate::{greedy_cpu, random_prompt, read_tokens_file};
+use trunk::generate::{greedy_cpu, greedy_gpu, random_prompt, read_tokens_file};
+use trunk::gpu::{Dsv4Gpu, GpuOptions, MoeArm};
 use trunk::model::{open_or_embedded, LoadedModel};
 use trunk::synth::check::activation_report;
 use trunk::synth::write::{write_model, WriteOptions};
@@ -31,16 +32,20 @@ fn bar(len: u64, what: &str, bytes: bool) -> ProgressBar {
 }
 
 /// The backend option every model-running command carries.
-fn check_backend(a: &Args) -> Result<()> {
+fn gpu_backend(a: &Args) -> Result<bool> {
     match a.get("backend").unwrap_or("cpu") {
-        "cpu" => Ok(()),
-        "gpu" => bail!("--backend gpu: this build has no GPU forward yet; use --backend cpu"),
+        "cpu" => Ok(false),
+        "gpu" => Ok(true),
         other => bail!("unknown --backend `{other}` (cpu or gpu)"),
     }
 }
 
+fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Result<Dsv4Gpu> {
+    let opts = GpuOptions { variant, moe: a.parsed_or("moe", MoeArm::Fused)?, fault: None };
+    Dsv4Gpu::load(model.weights.clone(), &crate::gate::parse_devices(a.get("devices"))?, opts)
+}
+
 fn load(a: &Args) -> Result<(LoadedModel, CpuOracle)> {
-    check_backend(a)?;
     let arm: ExpertArm = a.parsed_or("experts", ExpertArm::Native)?;
     let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
     let model = open_or_embedded(a.path("model").as_deref(), arm)?;
@@ -49,7 +54,7 @@ fn load(a: &Args) -> Result<(LoadedModel, CpuOracle)> {
 }
 
 const GENERATE_HELP: &str = "memra generate [--model DIR|FILE.gguf] [--prompt TEXT | --tokens FILE] [--max-tokens N]
-                [--json] [--variant exact|fp8] [--experts native|bf16] [--backend cpu]
+                [--json] [--variant exact|fp8] [--experts native|bf16] [--backend cpu|gpu] [--devices 0,1]
 
 Greedy decoding. Without --model it runs the embedded tiny synthetic model
 (generated in memory, seed 0), so it works on a fresh machine. Prints the
@@ -60,7 +65,7 @@ text (stdout) and tokens/s (stderr); --json prints one object with
 pub fn generate(argv: &[String]) -> Result<()> {
     let a = Args::parse(
         argv,
-        &["model", "prompt", "tokens", "max-tokens", "variant", "experts", "backend"],
+        &["model", "prompt", "tokens", "max-tokens", "variant", "experts", "backend", "devices", "moe"],
         &["json", "no-stop"],
     )?;
     if a.help {
@@ -75,12 +80,18 @@ pub fn generate(argv: &[String]) -> Result<()> {
     };
     let max_new: usize = a.parsed_or("max-tokens", 32)?;
     let stop = if a.flag("no-stop") { None } else { model.config().eos_token_id };
-    let g = greedy_cpu(&oracle, &prompt, max_new, stop)?;
+    let (g, backend) = if gpu_backend(&a)? {
+        let gpu = load_gpu(&a, &model, oracle.variant)?;
+        (greedy_gpu(&gpu, &prompt, max_new, stop)?, format!("gpu {:?}", gpu.devices()))
+    } else {
+        (greedy_cpu(&oracle, &prompt, max_new, stop)?, "cpu".to_string())
+    };
     let text = model.tokenizer.decode(&g.tokens)?;
     if a.flag("json") {
         let out = json!({
             "model": model.label,
             "variant": oracle.variant.to_string(),
+            "backend": backend,
             "prompt_tokens": g.prompt_tokens,
             "tokens": g.tokens,
             "text": text,
@@ -92,7 +103,7 @@ pub fn generate(argv: &[String]) -> Result<()> {
     } else {
         println!("{text}");
         eprintln!(
-            "{}: {} prompt tokens, {} new tokens in {:.3} s ({:.1} tokens/s, prefill {:.3} s)",
+            "{} [{backend}]: {} prompt tokens, {} new tokens in {:.3} s ({:.1} tokens/s, prefill {:.3} s)",
             model.label,
             g.prompt_tokens,
             g.tokens.len(),
@@ -225,14 +236,14 @@ pub fn bank(argv: &[String]) -> Result<()> {
 }
 
 const LOGITS_HELP: &str = "memra logits [--model DIR] --tokens FILE --out FILE [--variant exact|fp8]
-             [--experts native|bf16] [--backend cpu]
+             [--experts native|bf16] [--backend cpu|gpu] [--devices 0,1]
 
 Teacher-forced logits of every position: little-endian f32 [n, vocab] in
 FILE, and FILE.json with shape, variant, backend and the weights' sha256.
 ";
 
 pub fn logits(argv: &[String]) -> Result<()> {
-    let a = Args::parse(argv, &["model", "tokens", "out", "variant", "experts", "backend"], &[])?;
+    let a = Args::parse(argv, &["model", "tokens", "out", "variant", "experts", "backend", "devices", "moe"], &[])?;
     if a.help {
         print!("{LOGITS_HELP}");
         return Ok(());
@@ -243,9 +254,16 @@ pub fn logits(argv: &[String]) -> Result<()> {
         bail!("the tokens file is empty");
     }
     let out = PathBuf::from(a.require("out")?);
-    let mut state = oracle.new_state(tokens.len());
+    let gpu = gpu_backend(&a)?;
     let t = Instant::now();
-    let l = oracle.forward(&mut state, &tokens, Logits::All)?;
+    let (l, backend) = if gpu {
+        let g = load_gpu(&a, &model, oracle.variant)?;
+        let mut st = g.alloc_decode_state_for(tokens.len())?;
+        (g.prefill_with_cache(&mut st, &tokens, Logits::All)?, format!("gpu {:?}", g.devices()))
+    } else {
+        let mut state = oracle.new_state(tokens.len());
+        (oracle.forward(&mut state, &tokens, Logits::All)?, "cpu".to_string())
+    };
     let secs = t.elapsed().as_secs_f64();
     let mut bytes = Vec::with_capacity(l.len() * 4);
     for v in &l {
@@ -257,7 +275,7 @@ pub fn logits(argv: &[String]) -> Result<()> {
         "dtype": "f32",
         "variant": oracle.variant.to_string(),
         "experts": format!("{:?}", model.weights.expert_arm).to_lowercase(),
-        "backend": "cpu",
+        "backend": backend,
         "model": model.label,
         "config_name": model_name(&model),
         "weights_sha256": model.sha256,

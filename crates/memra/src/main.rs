@@ -3,6 +3,7 @@
 
 mod args;
 mod commands;
+mod gate;
 
 use anyhow::Result;
 
@@ -15,6 +16,7 @@ commands:
   synth      write a deterministic synthetic DSV4 checkpoint
   bank       bank a greedy CPU-oracle trajectory with its top-8 logits
   logits     teacher-forced logits of every position of a token sequence
+  gate       the gates: tf (teacher-forced), chunks (batch invariance), compare
 ";
 
 fn main() {
@@ -40,6 +42,7 @@ fn run(argv: &[String]) -> Result<()> {
         "synth" => commands::synth(rest),
         "bank" => commands::bank(rest),
         "logits" => commands::logits(rest),
+        "gate" => gate::gate(rest),
         "--help" | "-h" | "help" => {
             print!("{USAGE}");
             Ok(())

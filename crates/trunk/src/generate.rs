@@ -131,3 +131,27 @@ mod tests {
         assert_eq!(t, vec![(1, 3.0), (2, 3.0), (3, 2.0)]);
     }
 }
+
+/// Greedy decoding on the GPU: chunked prefill, then `decode_step_greedy`
+/// (the argmax is taken on the device; 4 bytes come back per token).
+pub fn greedy_gpu(gpu: &crate::gpu::Dsv4Gpu, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Generation> {
+    if prompt.is_empty() {
+        bail!("the prompt is empty: give at least one token");
+    }
+    let chunk = prompt.len().clamp(1, 512);
+    let mut st = gpu.alloc_decode_state_for_transient(prompt.len() + max_new, chunk)?;
+    let t = Instant::now();
+    let logits = gpu.prefill_with_cache_chunked(&mut st, prompt, chunk, Logits::Last)?;
+    let prefill_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let mut tokens = Vec::with_capacity(max_new);
+    let mut next = argmax(&logits);
+    for step in 0..max_new {
+        tokens.push(next);
+        if Some(next) == stop || step + 1 == max_new {
+            break;
+        }
+        next = gpu.decode_step_greedy(&mut st, next)?;
+    }
+    Ok(Generation { prompt_tokens: prompt.len(), tokens, prefill_seconds, decode_seconds: t.elapsed().as_secs_f64() })
+}

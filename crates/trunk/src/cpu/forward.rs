@@ -37,6 +37,8 @@ pub struct LayerStat {
     pub rms: f64,
     pub max_abs: f64,
     pub finite: bool,
+    /// The residual streams after the layer, when asked for (`[n, hc, d]`).
+    pub residual: Option<Vec<f32>>,
 }
 
 pub struct CpuOracle {
@@ -45,6 +47,8 @@ pub struct CpuOracle {
     pub state_layout: Dsv4StateLayout,
     rope_main: Rope,
     rope_compress: Rope,
+    /// Keep each layer's residual streams in `LayerStat` (debugging aid).
+    pub capture_residuals: bool,
 }
 
 impl CpuOracle {
@@ -56,6 +60,7 @@ impl CpuOracle {
             rope_compress: Rope::compress(cfg),
             weights,
             variant,
+            capture_residuals: false,
         }
     }
 
@@ -75,6 +80,8 @@ impl CpuOracle {
         self.forward_probe(state, tokens, which, None)
     }
 
+    /// `forward`, recording per-layer statistics (and the residual streams
+    /// when `capture`) into `stats`.
     pub fn forward_probe(
         &self,
         state: &mut HostState,
@@ -82,6 +89,7 @@ impl CpuOracle {
         which: Logits,
         mut stats: Option<&mut Vec<LayerStat>>,
     ) -> Result<Vec<f32>> {
+
         let w = &*self.weights;
         let cfg = &w.config;
         let (d, hc) = (cfg.hidden_size, cfg.hc_mult);
@@ -141,6 +149,7 @@ impl CpuOracle {
                     rms: (ss / x.len() as f64).sqrt(),
                     max_abs: x.iter().fold(0.0f64, |m, &v| m.max((v as f64).abs())),
                     finite: x.iter().all(|v| v.is_finite()),
+                    residual: if self.capture_residuals { Some(x.clone()) } else { None },
                 });
             }
         }

@@ -1,4 +1,14 @@
 //! The GPU realization of DSV4 on cudarc (dynamic loading: builds and runs
-//! its CPU tests where there is no CUDA).
+//! its CPU tests where there is no CUDA). Each op is a kernel in kernels/
+//! with a CPU twin in cpu/ops.
 
+pub mod device;
+pub mod forward;
+mod layer_ops;
 pub mod nvrtc;
+pub mod state;
+pub mod weights;
+
+pub use device::unavailable_reason;
+pub use forward::{Dsv4Gpu, Fault, GpuOptions, MoeArm, VramLine};
+pub use state::GpuState;

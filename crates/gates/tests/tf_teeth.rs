@@ -1,0 +1,45 @@
+//! The teacher-forced gate passes a faithful realization and fails a broken
+//! one (the broken realization here is the CPU oracle with one layer's
+//! shared expert zeroed, the same fault the GPU seam injects).
+
+use std::sync::Arc;
+
+use gates::band::{drift_coeff, Realization};
+use gates::tf::{tf_gate, CpuRealization};
+use trunk::bank::Bank;
+use trunk::cpu::{CpuOracle, Variant};
+use trunk::generate::random_prompt;
+use trunk::model::embedded_model;
+use trunk::weights::matrix::{MatFormat, Matrix};
+use trunk::weights::tensor::Bytes;
+use trunk::weights::ExpertArm;
+
+fn c_sum(v: Variant) -> f64 {
+    drift_coeff(Realization::Gpu, v, 4, 64) + drift_coeff(Realization::Cpu, v, 4, 64)
+}
+
+#[test]
+fn gate_passes_the_oracle_and_fails_a_dropped_shared_expert() {
+    let m = embedded_model(ExpertArm::Native).unwrap();
+    let oracle = CpuOracle::new(m.weights.clone(), Variant::Exact);
+    let prompt = random_prompt(24, 3, 2, 320);
+    let bank = Bank::record(&oracle, &prompt, 48, ("tiny", "embedded", &m.sha256), |_| {}).unwrap();
+
+    let rep = tf_gate(&CpuRealization(&oracle), &bank, c_sum(Variant::Exact)).unwrap();
+    assert!(rep.pass && rep.agree == 48 && rep.determinism, "{rep:?}");
+    assert_eq!(rep.max_rel_drift_top1, 0.0, "the oracle reproduces its own bank exactly");
+
+    let mut broken = (*m.weights).clone();
+    let w2 = &broken.layers[2].ffn.shared.w2;
+    let zero = Matrix {
+        rows: w2.rows,
+        cols: w2.cols,
+        format: MatFormat::F32,
+        data: Bytes::from_vec(vec![0u8; w2.rows * w2.cols * 4]),
+    };
+    broken.layers[2].ffn.shared.w2 = zero;
+    let faulty = CpuOracle::new(Arc::new(broken), Variant::Exact);
+    let rep = tf_gate(&CpuRealization(&faulty), &bank, c_sum(Variant::Exact)).unwrap();
+    assert!(!rep.pass, "a dropped shared expert must fail the gate: {rep:?}");
+    assert!(rep.out_of_band > 0);
+}

@@ -1,0 +1,187 @@
+//! `memra gate ...`: the gates, as commands that exit non-zero on failure.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::args::Args;
+use gates::band::{drift_coeff, Realization};
+use gates::chunks::check_chunks;
+use gates::gpu::{compare, GpuRealization};
+use gates::tf::tf_gate;
+use trunk::bank::Bank;
+use trunk::cpu::{CpuOracle, Variant};
+use trunk::generate::{random_prompt, read_tokens_file};
+use trunk::gpu::{Dsv4Gpu, Fault, GpuOptions, MoeArm};
+use trunk::model::{open_model, LoadedModel};
+use trunk::weights::ExpertArm;
+
+const GATE_HELP: &str = "memra gate tf <model> <bank.json> <out-dir> [--devices 0,1] [--experts native|bf16]
+                [--moe fused|per-expert] [--prefill-chunk N] [--inject-fault drop-shared:L|shift-rope:L]
+memra gate chunks <model> [--tokens FILE | --prompt-len N] [--widths 1,7,32,64] [--devices D]
+                [--variant exact|fp8] [--experts A] [--out FILE]
+memra gate compare <model> [--tokens FILE | --prompt-len N] [--devices D] [--variant V] [--experts A]
+
+tf: the teacher-forced gate. Feeds the banked tokens to the GPU, compares the
+argmax at every position with the bank, classifies disagreements (in band,
+out of band, unresolved), runs twice for determinism, writes tf_gate.json and
+the GPU rows of disagreements (gpu_rows.json). The variant is the bank's.
+chunks: batch invariance (chunk widths, decode, monolithic, MoE arms).
+compare: GPU against the CPU oracle, per layer and on the logits.
+Every gate exits non-zero when it fails.
+";
+
+pub fn parse_devices(s: Option<&str>) -> Result<Vec<usize>> {
+    s.unwrap_or("0")
+        .split(',')
+        .map(|d| d.trim().parse::<usize>().with_context(|| format!("--devices: `{d}` is not a device ordinal")))
+        .collect()
+}
+
+fn tokens_arg(a: &Args, vocab: usize) -> Result<Vec<u32>> {
+    match (a.path("tokens"), a.parsed::<usize>("prompt-len")?) {
+        (Some(_), Some(_)) => bail!("give --tokens or --prompt-len, not both"),
+        (Some(f), None) => read_tokens_file(&f),
+        (None, n) => Ok(random_prompt(n.unwrap_or(160), a.parsed_or("seed", 0)?, 2, vocab as u32)),
+    }
+}
+
+fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Result<Dsv4Gpu> {
+    let opts = GpuOptions {
+        variant,
+        moe: a.parsed_or("moe", MoeArm::Fused)?,
+        fault: a.parsed::<Fault>("inject-fault")?,
+    };
+    Dsv4Gpu::load(model.weights.clone(), &parse_devices(a.get("devices"))?, opts)
+}
+
+fn c_sum(model: &LoadedModel, variant: Variant) -> f64 {
+    let c = model.config();
+    drift_coeff(Realization::Gpu, variant, c.num_hidden_layers, c.hidden_size)
+        + drift_coeff(Realization::Cpu, variant, c.num_hidden_layers, c.hidden_size)
+}
+
+fn write_json(path: &Path, v: &impl serde::Serialize) -> Result<()> {
+    std::fs::write(path, serde_json::to_vec_pretty(v)?).with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn gate(argv: &[String]) -> Result<()> {
+    let a = Args::parse(
+        argv,
+        &[
+            "devices", "variant", "experts", "moe", "prefill-chunk", "inject-fault", "tokens", "prompt-len", "seed",
+            "widths", "out",
+        ],
+        &[],
+    )?;
+    if a.help || a.positional.is_empty() {
+        print!("{GATE_HELP}");
+        return Ok(());
+    }
+    let which = a.positional[0].as_str();
+    let model_path = PathBuf::from(a.positional.get(1).context("missing <model>")?);
+    let arm: ExpertArm = a.parsed_or("experts", ExpertArm::Native)?;
+    let model = open_model(&model_path, arm)?;
+    match which {
+        "tf" => {
+            let bank_path = PathBuf::from(a.positional.get(2).context("missing <bank.json>")?);
+            let out = PathBuf::from(a.positional.get(3).context("missing <out-dir>")?);
+            let bank: Bank = serde_json::from_str(
+                &std::fs::read_to_string(&bank_path).with_context(|| format!("reading {}", bank_path.display()))?,
+            )
+            .with_context(|| format!("{}: not a bank", bank_path.display()))?;
+            if bank.source_sha256 != model.sha256 {
+                bail!(
+                    "{}: banked from weights {} but {} has weights {}",
+                    bank_path.display(),
+                    bank.source_sha256,
+                    model.label,
+                    model.sha256
+                );
+            }
+            let variant: Variant = bank.variant.parse()?;
+            if let Some(v) = a.parsed::<Variant>("variant")? {
+                if v != variant {
+                    bail!("--variant {v} differs from the bank's variant {variant}");
+                }
+            }
+            let gpu = load_gpu(&a, &model, variant)?;
+            let r = GpuRealization { gpu: &gpu, prefill_chunk: a.parsed_or("prefill-chunk", 64)? };
+            let rep = tf_gate(&r, &bank, c_sum(&model, variant))?;
+            std::fs::create_dir_all(&out)?;
+            write_json(&out.join("tf_gate.json"), &rep)?;
+            write_json(&out.join("gpu_rows.json"), &rep.disagreements)?;
+            println!(
+                "tf gate [{}] {}: {} positions, agree {}, in band {}, out of band {}, unresolved {}, determinism {}, max top-1 drift {:.2e} -> {}",
+                rep.realization,
+                model.label,
+                rep.positions,
+                rep.agree,
+                rep.in_band,
+                rep.out_of_band,
+                rep.unresolved,
+                rep.determinism,
+                rep.max_rel_drift_top1,
+                if rep.pass { "PASS" } else { "FAIL" }
+            );
+            if !rep.pass {
+                bail!("teacher-forced gate failed (details in {})", out.join("tf_gate.json").display());
+            }
+        }
+        "chunks" => {
+            let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
+            let mut gpu = load_gpu(&a, &model, variant)?;
+            let tokens = tokens_arg(&a, model.config().vocab_size)?;
+            let widths: Vec<usize> = a
+                .get("widths")
+                .unwrap_or("1,7,32,64")
+                .split(',')
+                .map(|w| w.parse().context("--widths"))
+                .collect::<Result<_>>()?;
+            let rep = check_chunks(&mut gpu, &tokens, &widths, c_sum(&model, variant))?;
+            if let Some(o) = a.path("out") {
+                write_json(&o, &rep)?;
+            }
+            println!(
+                "chunk gate [{variant} devices {:?}] {}: {} tokens, widths {:?} + decode bit-identical {}, monolithic identical {} (max rel {:.2e}, {} disagreements, {} out of band), MoE arms identical {} -> {}",
+                gpu.devices(),
+                model.label,
+                rep.tokens,
+                widths,
+                rep.chunk_bit_identical,
+                rep.monolithic_bit_identical,
+                rep.monolithic_max_rel_diff,
+                rep.monolithic_disagreements,
+                rep.monolithic_out_of_band,
+                rep.moe_arms_bit_identical,
+                if rep.pass { "PASS" } else { "FAIL" }
+            );
+            if !rep.pass {
+                bail!("chunk gate failed");
+            }
+        }
+        "compare" => {
+            let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
+            let gpu = load_gpu(&a, &model, variant)?;
+            let tokens = tokens_arg(&a, model.config().vocab_size)?;
+            let cpu = CpuOracle::new(model.weights.clone(), variant);
+            let rep = compare(&cpu, &gpu, &tokens)?;
+            if let Some(o) = a.path("out") {
+                write_json(&o, &rep)?;
+            }
+            let layers: Vec<String> = rep.layers.iter().map(|l| format!("{}:{:.1e}", l.layer, l.max_rel)).collect();
+            println!(
+                "compare [{variant} experts {:?} devices {:?}] {}: {} positions, residual max rel by layer [{}], logits max rel {:.3e}, argmax agreement {:.4}",
+                arm,
+                gpu.devices(),
+                model.label,
+                rep.positions,
+                layers.join(" "),
+                rep.logits_max_rel,
+                rep.argmax_agreement
+            );
+        }
+        other => bail!("unknown gate `{other}` (tf, chunks or compare)\n\n{GATE_HELP}"),
+    }
+    Ok(())
+}

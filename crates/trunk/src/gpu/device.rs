@@ -1,0 +1,157 @@
+//! One CUDA device as the engine uses it: a context with event tracking off
+//! (the engine orders its own work on one stream per stage), the compiled
+//! kernels, and typed buffers addressed by raw device pointers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, ValidAsZeroBits};
+
+use super::nvrtc;
+
+/// Why the GPU path cannot run here, if it cannot.
+pub fn unavailable_reason() -> Option<String> {
+    if !nvrtc::library_present("cuda") {
+        return Some("no CUDA driver (libcuda.so) on this machine".into());
+    }
+    if !nvrtc::library_present("nvrtc") {
+        return Some("no NVRTC library (libnvrtc.so) on this machine".into());
+    }
+    match CudaContext::device_count() {
+        Ok(n) if n > 0 => None,
+        Ok(_) => Some("the CUDA driver reports no devices".into()),
+        Err(e) => Some(format!("CUDA driver error: {e}")),
+    }
+}
+
+/// A device buffer and its raw address.
+pub struct Buf<T> {
+    pub slice: CudaSlice<T>,
+    pub ptr: u64,
+    pub len: usize,
+}
+
+impl<T> Buf<T> {
+    /// Address of element `i`.
+    pub fn at(&self, i: usize) -> u64 {
+        self.ptr + (i * std::mem::size_of::<T>()) as u64
+    }
+}
+
+pub struct Gpu {
+    pub ordinal: usize,
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    kernels: HashMap<&'static str, CudaFunction>,
+}
+
+impl Gpu {
+    pub fn open(ordinal: usize) -> Result<Gpu> {
+        if let Some(why) = unavailable_reason() {
+            bail!("GPU backend unavailable: {why}");
+        }
+        let n = CudaContext::device_count().map_err(|e| anyhow!("{e}"))? as usize;
+        if ordinal >= n {
+            bail!("device {ordinal} does not exist (this machine has {n} CUDA device(s))");
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| anyhow!("opening CUDA device {ordinal}: {e}"))?;
+        // SAFETY: called before this process allocates through `ctx`; the
+        // engine orders every use of a buffer on the stage's single stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(|e| anyhow!("creating a stream on device {ordinal}: {e}"))?;
+        let ptx = nvrtc::ptx()?;
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(|e| anyhow!("loading kernels on device {ordinal}: {e}"))?;
+        let mut kernels = HashMap::new();
+        for &k in nvrtc::KERNELS {
+            let f = module.load_function(k).map_err(|e| anyhow!("kernel `{k}`: {e}"))?;
+            kernels.insert(k, f);
+        }
+        Ok(Gpu { ordinal, ctx, stream, kernels })
+    }
+
+    pub fn name(&self) -> String {
+        self.ctx.name().unwrap_or_else(|_| "unknown".into())
+    }
+
+    /// (free, total) bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        self.ctx.mem_get_info().map_err(|e| anyhow!("cuMemGetInfo on device {}: {e}", self.ordinal))
+    }
+
+    pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<Buf<T>> {
+        let slice = self
+            .stream
+            .alloc_zeros::<T>(len.max(1))
+            .map_err(|e| anyhow!("allocating {} bytes on device {}: {e}", len * std::mem::size_of::<T>(), self.ordinal))?;
+        let ptr = {
+            let (p, _sync) = slice.device_ptr(&self.stream);
+            p
+        };
+        Ok(Buf { slice, ptr, len })
+    }
+
+    pub fn upload<T: DeviceRepr + ValidAsZeroBits>(&self, host: &[T]) -> Result<Buf<T>> {
+        let mut b = self.alloc::<T>(host.len())?;
+        if !host.is_empty() {
+            self.stream
+                .memcpy_htod(host, &mut b.slice.slice_mut(..host.len()))
+                .map_err(|e| anyhow!("copy to device {}: {e}", self.ordinal))?;
+        }
+        Ok(b)
+    }
+
+    /// Overwrite the first `host.len()` elements of `b`.
+    pub fn write<T: DeviceRepr + ValidAsZeroBits>(&self, b: &mut Buf<T>, host: &[T]) -> Result<()> {
+        if host.len() > b.len {
+            bail!("write of {} elements into a buffer of {}", host.len(), b.len);
+        }
+        if !host.is_empty() {
+            self.stream
+                .memcpy_htod(host, &mut b.slice.slice_mut(..host.len()))
+                .map_err(|e| anyhow!("copy to device {}: {e}", self.ordinal))?;
+        }
+        Ok(())
+    }
+
+    /// The first `n` elements of `b` (synchronizes the stream).
+    pub fn download<T: DeviceRepr + ValidAsZeroBits + Default + Clone>(&self, b: &Buf<T>, n: usize) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); n];
+        if n > 0 {
+            self.stream
+                .memcpy_dtoh(&b.slice.slice(..n), &mut out)
+                .map_err(|e| anyhow!("copy from device {}: {e}", self.ordinal))?;
+        }
+        self.sync()?;
+        Ok(out)
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| anyhow!("device {}: {e}", self.ordinal))
+    }
+
+    pub fn func(&self, name: &str) -> Result<&CudaFunction> {
+        self.kernels.get(name).with_context(|| format!("kernel `{name}` not loaded"))
+    }
+
+    pub fn cfg(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
+        LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: smem }
+    }
+}
+
+/// Launch `$name` on `$gpu` with a config and arguments (each a value that
+/// implements `DeviceRepr`: raw addresses as u64, ints, floats, `MatArg`).
+#[macro_export]
+macro_rules! launch {
+    ($gpu:expr, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
+        let f = $gpu.func($name)?;
+        let mut b = $gpu.stream.launch_builder(f);
+        $( let a = $arg; cudarc::driver::PushKernelArg::arg(&mut b, &a); )*
+        // SAFETY: argument types and counts follow the kernel signatures in
+        // kernels/*.cu; every address points into a live buffer of the size
+        // the kernel indexes.
+        unsafe { b.launch($cfg) }.map_err(|e| anyhow::anyhow!("launching `{}`: {e}", $name))?;
+    }};
+}

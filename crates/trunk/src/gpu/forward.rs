@@ -1,0 +1,457 @@
+//! `Dsv4Gpu`: the DSV4 forward on one or more devices. Layers are split
+//! into contiguous stages (`--devices 0,1`; `0,0` puts two stages on one
+//! device so the split path runs on one GPU); the residual streams cross a
+//! stage boundary by a device copy. Every op is a kernel in kernels/ with a
+//! CPU twin in cpu/ops; all reductions have a fixed order independent of
+//! the chunk width, so chunked prefill and decode give identical bits.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use kvstate::StateStore;
+
+use super::device::{Buf, Gpu};
+use super::state::{DevClass, GpuState, ScratchDims};
+use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
+use crate::config::Dsv4Config;
+use crate::cpu::ops::rope::Rope;
+use crate::cpu::{Logits, Variant};
+use crate::launch;
+use crate::state::Dsv4StateLayout;
+use crate::weights::Dsv4Weights;
+
+/// How the routed experts are launched; both arms give identical bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MoeArm {
+    /// All selected experts of all tokens in one launch per projection.
+    #[default]
+    Fused,
+    /// One launch per expert over the tokens routed to it (routes read back).
+    PerExpert,
+}
+
+impl std::str::FromStr for MoeArm {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "fused" => Ok(MoeArm::Fused),
+            "per-expert" => Ok(MoeArm::PerExpert),
+            _ => bail!("unknown MoE arm `{s}` (fused or per-expert)"),
+        }
+    }
+}
+
+/// A deliberate fault, for testing that the gates catch real bugs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Leave the shared expert out of one layer.
+    DropSharedExpert { layer: usize },
+    /// Rotate one layer's queries and keys one position too far.
+    ShiftRope { layer: usize },
+}
+
+impl std::str::FromStr for Fault {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let (kind, layer) = s.split_once(':').context("fault is KIND:LAYER (drop-shared:L or shift-rope:L)")?;
+        let layer: usize = layer.parse().context("fault layer")?;
+        match kind {
+            "drop-shared" => Ok(Fault::DropSharedExpert { layer }),
+            "shift-rope" => Ok(Fault::ShiftRope { layer }),
+            _ => bail!("unknown fault `{kind}` (drop-shared or shift-rope)"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    pub variant: Variant,
+    pub moe: MoeArm,
+    pub fault: Option<Fault>,
+}
+
+pub(super) struct Stage {
+    pub(super) gpu: Arc<Gpu>,
+    pub(super) layers: Range<usize>,
+    pub(super) dev: Vec<DevLayer>,
+    pub(super) embed: Option<DevMat>,
+    pub(super) head: Option<DevMat>,
+    pub(super) norm: Option<Buf<f32>>,
+    pub(super) hc_head: Option<DevHc>,
+    pub(super) rope_main: Buf<f32>,
+    pub(super) rope_compress: Buf<f32>,
+    pub(super) weight_bytes: usize,
+}
+
+pub struct Dsv4Gpu {
+    pub config: Dsv4Config,
+    pub weights: Arc<Dsv4Weights>,
+    pub opts: GpuOptions,
+    pub state_layout: Dsv4StateLayout,
+    pub(super) stages: Vec<Stage>,
+    layer_stage: Vec<usize>,
+}
+
+/// Per-device memory use.
+#[derive(Clone, Debug)]
+pub struct VramLine {
+    pub device: usize,
+    pub name: String,
+    pub layers: Range<usize>,
+    pub weights: usize,
+    pub free: usize,
+    pub total: usize,
+}
+
+fn gb(b: usize) -> f64 {
+    b as f64 / (1u64 << 30) as f64
+}
+
+impl Dsv4Gpu {
+    /// Split the layers over `devices` and upload the weights; refuses up
+    /// front, with the numbers, a split that does not fit.
+    pub fn load(weights: Arc<Dsv4Weights>, devices: &[usize], opts: GpuOptions) -> Result<Dsv4Gpu> {
+        let cfg = weights.config.clone();
+        if devices.is_empty() {
+            bail!("no devices given");
+        }
+        let n = cfg.num_hidden_layers;
+        let s = devices.len().min(n);
+        let ranges: Vec<Range<usize>> = (0..s).map(|i| (i * n / s)..((i + 1) * n / s)).collect();
+        let mut gpus: Vec<Arc<Gpu>> = Vec::new();
+        for &d in &devices[..s] {
+            gpus.push(Arc::new(Gpu::open(d)?));
+        }
+        // fit check: weights per stage against free memory per device
+        let mut need_per_dev: std::collections::BTreeMap<usize, usize> = Default::default();
+        for (i, r) in ranges.iter().enumerate() {
+            *need_per_dev.entry(devices[i]).or_default() += device_bytes(&weights, r.clone(), i == 0, i + 1 == s);
+        }
+        let mut problems = Vec::new();
+        for (&d, &need) in &need_per_dev {
+            let g = gpus.iter().find(|g| g.ordinal == d).unwrap();
+            let (free, total) = g.mem_info()?;
+            if need + (256 << 20) > free {
+                problems.push(format!("device {d}: weights need {:.2} GiB, {:.2} GiB free of {:.2} GiB", gb(need), gb(free), gb(total)));
+            }
+        }
+        if !problems.is_empty() {
+            bail!("the model does not fit: {}", problems.join("; "));
+        }
+        let (rm, rc) = (Rope::main(&cfg), Rope::compress(&cfg));
+        let mut stages = Vec::new();
+        for (i, r) in ranges.iter().enumerate() {
+            let g = gpus[i].clone();
+            let dev = r.clone().map(|l| DevLayer::upload(&g, &weights.layers[l])).collect::<Result<Vec<_>>>()?;
+            let last = i + 1 == s;
+            stages.push(Stage {
+                layers: r.clone(),
+                dev,
+                embed: if i == 0 { Some(DevMat::upload(&g, &weights.embed)?) } else { None },
+                head: if last { Some(DevMat::upload(&g, &weights.head)?) } else { None },
+                norm: if last { Some(g.upload(&weights.norm)?) } else { None },
+                hc_head: if last {
+                    Some(DevHc { fn_: g.upload(&weights.hc_head.fn_)?, base: g.upload(&weights.hc_head.base)?, scale: g.upload(&weights.hc_head.scale)? })
+                } else {
+                    None
+                },
+                rope_main: g.upload(&rm.inv_freq)?,
+                rope_compress: g.upload(&rc.inv_freq)?,
+                weight_bytes: device_bytes(&weights, r.clone(), i == 0, last),
+                gpu: g,
+            });
+            stages.last().unwrap().gpu.sync()?;
+        }
+        let mut layer_stage = vec![0; n];
+        for (i, r) in ranges.iter().enumerate() {
+            for l in r.clone() {
+                layer_stage[l] = i;
+            }
+        }
+        Ok(Dsv4Gpu { state_layout: Dsv4StateLayout::new(&cfg, 0), config: cfg, weights, opts, stages, layer_stage })
+    }
+
+    pub fn devices(&self) -> Vec<usize> {
+        self.stages.iter().map(|s| s.gpu.ordinal).collect()
+    }
+
+    pub fn vram_report(&self) -> Result<Vec<VramLine>> {
+        self.stages
+            .iter()
+            .map(|s| {
+                let (free, total) = s.gpu.mem_info()?;
+                Ok(VramLine { device: s.gpu.ordinal, name: s.gpu.name(), layers: s.layers.clone(), weights: s.weight_bytes, free, total })
+            })
+            .collect()
+    }
+
+    fn dims(&self, capacity: usize) -> ScratchDims {
+        let c = &self.config;
+        ScratchDims {
+            d: c.hidden_size,
+            hc: c.hc_mult,
+            q_lora: c.q_lora_rank,
+            heads_x_hd: c.num_attention_heads * c.head_dim,
+            hd: c.head_dim,
+            go: c.o_groups * c.o_lora_rank,
+            cw: 2 * c.head_dim,
+            iw: 2 * c.index_head_dim,
+            idx_heads_x_di: c.index_n_heads * c.index_head_dim,
+            idx_heads: c.index_n_heads,
+            topk: c.index_topk,
+            experts: c.n_routed_experts,
+            k: c.num_experts_per_tok,
+            inter: c.moe_intermediate_size * c.n_shared_experts.max(1),
+            vocab: c.vocab_size,
+            max_entries: capacity / c.csa_ratio.max(1) + 1,
+        }
+    }
+
+    /// A state for `capacity` positions whose scratch takes chunks of up to
+    /// `capacity` tokens (monolithic prefill).
+    pub fn alloc_decode_state_for(&self, capacity: usize) -> Result<GpuState> {
+        self.alloc_decode_state_for_transient(capacity, capacity)
+    }
+
+    /// A state for `capacity` positions with scratch for chunks of up to
+    /// `chunk_width` tokens. Refused up front when it would not fit.
+    pub fn alloc_decode_state_for_transient(&self, capacity: usize, chunk_width: usize) -> Result<GpuState> {
+        if capacity == 0 || chunk_width == 0 {
+            bail!("capacity and chunk width must be positive");
+        }
+        let layout = self.state_layout.layout.clone();
+        let dims = self.dims(capacity);
+        let scratch_elems = dims.elements(chunk_width);
+        let mut need: std::collections::BTreeMap<usize, usize> = Default::default();
+        for (i, s) in self.stages.iter().enumerate() {
+            let mut b = scratch_elems * 4;
+            for (ci, spec) in layout.classes.iter().enumerate() {
+                if self.class_stage(ci) == i {
+                    b += spec.rule.rows_for(capacity) * spec.row_bytes();
+                }
+            }
+            *need.entry(s.gpu.ordinal).or_default() += b;
+        }
+        let mut problems = Vec::new();
+        for (&d, &b) in &need {
+            let g = &self.stages.iter().find(|s| s.gpu.ordinal == d).unwrap().gpu;
+            let (free, total) = g.mem_info()?;
+            if b + (64 << 20) > free {
+                problems.push(format!("device {d}: state + scratch need {:.2} GiB, {:.2} GiB free of {:.2} GiB", gb(b), gb(free), gb(total)));
+            }
+        }
+        if !problems.is_empty() {
+            bail!("a state for {capacity} positions (chunks of {chunk_width}) does not fit: {}", problems.join("; "));
+        }
+        let mut classes = Vec::new();
+        for (ci, spec) in layout.classes.iter().enumerate() {
+            let stage = self.class_stage(ci);
+            let rows = spec.rule.rows_for(capacity);
+            classes.push(DevClass { stage, rows, written: 0, buf: self.stages[stage].gpu.alloc::<f32>(rows * spec.row_width)? });
+        }
+        let scratch = self.stages.iter().map(|s| dims.alloc(&s.gpu, chunk_width)).collect::<Result<Vec<_>>>()?;
+        for s in &self.stages {
+            s.gpu.sync()?;
+        }
+        Ok(GpuState {
+            layout,
+            capacity,
+            positions: 0,
+            classes,
+            scratch,
+            scratch_elements: scratch_elems * self.stages.len(),
+            gpus: self.stages.iter().map(|s| s.gpu.clone()).collect(),
+        })
+    }
+
+    fn class_stage(&self, class: usize) -> usize {
+        let l = self.state_layout.layers.iter().position(|lc| {
+            lc.kv == class
+                || lc.comp_pending == Some(class)
+                || lc.comp_entries == Some(class)
+                || lc.idx_pending == Some(class)
+                || lc.idx_entries == Some(class)
+        });
+        self.layer_stage[l.expect("every class belongs to a layer")]
+    }
+
+    /// Monolithic prefill: all tokens as one chunk.
+    pub fn prefill_with_cache(&self, st: &mut GpuState, tokens: &[u32], which: Logits) -> Result<Vec<f32>> {
+        self.forward(st, tokens, which)
+    }
+
+    /// Prefill in chunks of `width` tokens; logits as `which` asks, over all tokens.
+    pub fn prefill_with_cache_chunked(&self, st: &mut GpuState, tokens: &[u32], width: usize, which: Logits) -> Result<Vec<f32>> {
+        if width == 0 {
+            bail!("chunk width must be positive");
+        }
+        let mut out = Vec::new();
+        let chunks: Vec<&[u32]> = tokens.chunks(width).collect();
+        for (i, c) in chunks.iter().enumerate() {
+            let w = match which {
+                Logits::All => Logits::All,
+                Logits::Last if i + 1 == chunks.len() => Logits::Last,
+                _ => Logits::None,
+            };
+            out.extend(self.forward(st, c, w)?);
+        }
+        Ok(out)
+    }
+
+    /// One token; returns its logits.
+    pub fn decode_step(&self, st: &mut GpuState, token: u32) -> Result<Vec<f32>> {
+        self.forward(st, &[token], Logits::All)
+    }
+
+    /// One token; returns the argmax of its logits (computed on the device).
+    pub fn decode_step_greedy(&self, st: &mut GpuState, token: u32) -> Result<u32> {
+        self.run(st, &[token], Logits::Last, true, None).map(|(_, a)| a[0] as u32)
+    }
+
+    /// Named live contents of every class (for bit comparison).
+    pub fn cache_classes(&self, st: &GpuState) -> Result<Vec<(String, Vec<u8>)>> {
+        let snap = kvstate::snapshot(st).map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(snap.layout.classes.iter().zip(snap.classes).map(|(c, s)| (c.name.clone(), s.bytes)).collect())
+    }
+
+    pub fn forward(&self, st: &mut GpuState, tokens: &[u32], which: Logits) -> Result<Vec<f32>> {
+        self.run(st, tokens, which, false, None).map(|(l, _)| l)
+    }
+
+    /// `forward` that also returns the residual streams after every layer
+    /// (`[n, hc, d]` each), for locating a divergence from the CPU oracle.
+    pub fn forward_capture(&self, st: &mut GpuState, tokens: &[u32], which: Logits) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+        let mut res = Vec::new();
+        let l = self.run(st, tokens, which, false, Some(&mut res))?.0;
+        Ok((l, res))
+    }
+
+    fn run(
+        &self,
+        st: &mut GpuState,
+        tokens: &[u32],
+        which: Logits,
+        greedy: bool,
+        mut capture: Option<&mut Vec<Vec<f32>>>,
+    ) -> Result<(Vec<f32>, Vec<i32>)> {
+        let n = tokens.len();
+        let t0 = st.positions();
+        if n == 0 {
+            bail!("no tokens");
+        }
+        if n > st.chunk_width() {
+            bail!("chunk of {n} tokens is wider than this state's scratch ({})", st.chunk_width());
+        }
+        if t0 + n > st.capacity {
+            bail!("state capacity {} positions: cannot add {n} tokens at position {t0}", st.capacity);
+        }
+        if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+            bail!("token id {t} is outside the vocabulary ({})", self.config.vocab_size);
+        }
+        let toks: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        for (si, stage) in self.stages.iter().enumerate() {
+            let g = &stage.gpu;
+            if si == 0 {
+                let sc = &mut st.scratch[0];
+                g.write(&mut sc.tokens, &toks)?;
+                let e = stage.embed.as_ref().unwrap();
+                launch!(g, "embed_rows", Gpu::cfg((n as u32, self.config.hc_mult as u32, 1), 256, 0); e.arg, sc.tokens.ptr, sc.x.ptr);
+            } else {
+                // residual streams cross the boundary
+                let bytes = n * self.config.hc_mult * self.config.hidden_size * 4;
+                let prev = &self.stages[si - 1].gpu;
+                let ev = prev.stream.record_event(None).map_err(|e| anyhow::anyhow!("{e}"))?;
+                g.stream.wait(&ev).map_err(|e| anyhow::anyhow!("{e}"))?;
+                let (src, dst) = (st.scratch[si - 1].x.ptr, st.scratch[si].x.ptr);
+                g.write(&mut st.scratch[si].tokens, &toks)?;
+                // SAFETY: both buffers hold at least `bytes`; ordered after the previous stage by the event.
+                unsafe {
+                    cudarc::driver::result::memcpy_peer_async(g.ctx.cu_ctx(), dst, prev.ctx.cu_ctx(), src, bytes, g.stream.cu_stream())
+                }
+                .map_err(|e| anyhow::anyhow!("copying activations from device {} to {}: {e}", prev.ordinal, g.ordinal))?;
+            }
+            for (k, l) in stage.layers.clone().enumerate() {
+                self.layer(st, si, l, &stage.dev[k], n, t0)?;
+                if let Some(c) = capture.as_deref_mut() {
+                    c.push(g.download(&st.scratch[si].x, n * self.config.hc_mult * self.config.hidden_size)?);
+                }
+            }
+        }
+        // state bookkeeping (host side)
+        for (l, lc) in self.state_layout.layers.iter().enumerate() {
+            st.classes[lc.kv].written += n as u64;
+            let ratio = self.config.compress_ratio(l);
+            for c in [lc.comp_pending, lc.idx_pending].into_iter().flatten() {
+                st.classes[c].written += n as u64;
+            }
+            if ratio > 0 {
+                let closed = ((t0 + n) / ratio - t0 / ratio) as u64;
+                for c in [lc.comp_entries, lc.idx_entries].into_iter().flatten() {
+                    st.classes[c].written += closed;
+                }
+            }
+        }
+        st.set_positions(t0 + n);
+        self.head(st, n, which, greedy)
+    }
+
+    /// `dst = src` then FP8 rows when the variant quantizes; returns the address to read.
+    pub(super) fn act(&self, g: &Gpu, src: &Buf<f32>, dst: &Buf<f32>, rows: usize, width: usize) -> Result<u64> {
+        if self.opts.variant == Variant::Exact {
+            return Ok(src.ptr);
+        }
+        let bytes = rows * width * 4;
+        // SAFETY: both buffers hold rows*width f32.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst.ptr, src.ptr, bytes, g.stream.cu_stream()) }
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        launch!(g, "act_fp8_rows", Gpu::cfg((rows as u32, width.div_ceil(128) as u32, 1), 128, 0); dst.ptr, width as i32);
+        Ok(dst.ptr)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn linear(&self, g: &Gpu, w: &DevMat, x: u64, x_stride: usize, y: u64, y_stride: usize, n: usize, row0: usize, nrows: usize) -> Result<()> {
+        launch!(g, "linear_f32", Gpu::cfg((nrows.div_ceil(4) as u32, n.div_ceil(8) as u32, 1), 128, 0);
+            w.arg, x, x_stride as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
+        Ok(())
+    }
+
+    pub(super) fn lin(&self, g: &Gpu, w: &DevMat, x: u64, y: u64, n: usize) -> Result<()> {
+        self.linear(g, w, x, w.arg.cols as usize, y, w.arg.rows as usize, n, 0, w.arg.rows as usize)
+    }
+
+    pub(super) fn norm(&self, g: &Gpu, x: u64, w: u64, rows: usize, width: usize) -> Result<()> {
+        launch!(g, "rms_norm_f32", Gpu::cfg((rows as u32, 1, 1), 256, 0); x, x, w, width as i32, self.config.rms_norm_eps as f32);
+        Ok(())
+    }
+
+    pub(super) fn hc_pre(&self, g: &Gpu, hc: &DevHc, x: u64, mix: u64, out: u64, n: usize) -> Result<()> {
+        let c = &self.config;
+        let nmix = (2 + c.hc_mult) * c.hc_mult;
+        launch!(g, "hc_pre", Gpu::cfg((n as u32, 1, 1), 256, (nmix * 4) as u32);
+            x, hc.fn_.ptr, hc.base.ptr, hc.scale.ptr, c.hc_mult as i32, c.hidden_size as i32,
+            c.hc_sinkhorn_iters as i32, c.hc_eps as f32, c.rms_norm_eps as f32, mix, out);
+        Ok(())
+    }
+
+    fn layer(&self, st: &mut GpuState, si: usize, l: usize, dl: &DevLayer, n: usize, t0: usize) -> Result<()> {
+        let c = &self.config;
+        let stage = &self.stages[si];
+        let g = &*stage.gpu;
+        let (d, hc) = (c.hidden_size, c.hc_mult);
+        let sc = &st.scratch[si];
+        // attention site
+        self.hc_pre(g, &dl.hc_attn, sc.x.ptr, sc.mix.ptr, sc.h.ptr, n)?;
+        self.norm(g, sc.h.ptr, dl.attn_norm.ptr, n, d)?;
+        self.attention(st, si, l, dl, n, t0)?;
+        let sc = &st.scratch[si];
+        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); sc.x.ptr, sc.a.ptr, sc.mix.ptr, hc as i32, d as i32);
+        // ffn site
+        self.hc_pre(g, &dl.hc_ffn, sc.x.ptr, sc.mix.ptr, sc.h.ptr, n)?;
+        self.norm(g, sc.h.ptr, dl.ffn_norm.ptr, n, d)?;
+        self.moe(st, si, l, dl, n)?;
+        let sc = &st.scratch[si];
+        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); sc.x.ptr, sc.y.ptr, sc.mix.ptr, hc as i32, d as i32);
+        Ok(())
+    }
+}

@@ -1,0 +1,227 @@
+//! The attention and MoE blocks and the head of `Dsv4Gpu`, as kernel
+//! launches (the same steps as `cpu/forward.rs`).
+
+use anyhow::Result;
+
+use super::device::Gpu;
+use super::forward::{Dsv4Gpu, Fault, MoeArm};
+use super::state::{GpuState, LOGIT_ROWS};
+use super::weights::DevLayer;
+use crate::config::{AttnKind, ScoringFunc};
+use crate::cpu::{Logits, Variant};
+use crate::launch;
+
+impl Dsv4Gpu {
+    pub(super) fn attention(&self, st: &mut GpuState, si: usize, l: usize, dl: &DevLayer, n: usize, t0: usize) -> Result<()> {
+        let c = &self.config;
+        let stage = &self.stages[si];
+        let g: &Gpu = &stage.gpu;
+        let (rope_main, rope_compress) = (stage.rope_main.ptr, stage.rope_compress.ptr);
+        let lc = self.state_layout.layers[l];
+        let (d, nh, hd, rd) = (c.hidden_size, c.num_attention_heads, c.head_dim, c.rope_dim);
+        let npairs = (rd / 2) as i32;
+        let kind = c.layer_types[l];
+        let rope = if kind == AttnKind::Window { rope_main } else { rope_compress };
+        let shift = matches!(self.opts.fault, Some(Fault::ShiftRope { layer }) if layer == l);
+        let pos0 = (t0 + shift as usize) as i32;
+        let fp8 = self.opts.variant == Variant::Fp8;
+        let eps = c.rms_norm_eps as f32;
+        let sc = &st.scratch[si];
+
+        let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
+        self.lin(g, &dl.wq_a, hq, sc.qr.ptr, n)?;
+        self.norm(g, sc.qr.ptr, dl.q_norm.ptr, n, c.q_lora_rank)?;
+        let qrq = self.act(g, &sc.qr, &sc.qrq, n, c.q_lora_rank)?;
+        self.lin(g, &dl.wq_b, qrq, sc.q.ptr, n)?;
+        self.norm(g, sc.q.ptr, 0, n * nh, hd)?;
+        self.lin(g, &dl.wkv, hq, sc.kv.ptr, n)?;
+        self.norm(g, sc.kv.ptr, dl.kv_norm.ptr, n, hd)?;
+        launch!(g, "rope_rows", Gpu::cfg(((n * nh) as u32, 1, 1), 32, 0); sc.q.ptr, nh as i32, hd as i32, rope, npairs, pos0, 0i32);
+        launch!(g, "rope_rows", Gpu::cfg((n as u32, 1, 1), 32, 0); sc.kv.ptr, 1i32, hd as i32, rope, npairs, pos0, 0i32);
+        if fp8 {
+            let nope = hd - rd;
+            launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
+        }
+
+        let (mut mode, mut entries, mut sel, mut topk, mut ratio, mut max_ent) = (0i32, 0u64, 0u64, 0i32, 1usize, 0usize);
+        let pool_block = |w: usize| (w.max(32).div_ceil(32) * 32) as u32;
+        if let (Some(cw), Some(pend), Some(ent)) = (&dl.compressor, lc.comp_pending, lc.comp_entries) {
+            ratio = c.compress_ratio(l);
+            let overlap = kind == AttnKind::Csa;
+            let w = if overlap { 2 * hd } else { hd };
+            self.lin(g, &cw.wkv, sc.h.ptr, sc.ckv.ptr, n)?;
+            self.lin(g, &cw.wgate, sc.h.ptr, sc.cgate.ptr, n)?;
+            let (pb, prows, eb) = (st.classes[pend].buf.ptr, st.classes[pend].rows, st.classes[ent].buf.ptr);
+            let closing = (t0 + n) / ratio - t0 / ratio;
+            if closing > 0 {
+                launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(hd), (hd * 4) as u32);
+                    sc.ckv.ptr, sc.cgate.ptr, pb, prows as i32, t0 as i32, n as i32, ratio as i32, overlap as i32,
+                    hd as i32, cw.ape.ptr, cw.norm.ptr, eps, rope_compress, npairs, fp8 as i32, eb);
+            }
+            launch!(g, "compress_ring_append", Gpu::cfg((n.min(prows) as u32, 1, 1), 256, 0);
+                pb, prows as i32, sc.ckv.ptr, sc.cgate.ptr, w as i32, n as i32, t0 as i32);
+            mode = if kind == AttnKind::Hca { 1 } else { 2 };
+            entries = eb;
+            max_ent = st.capacity / ratio + 1;
+        }
+        if let (Some(ic), Some(wq), Some(wp), Some(pend), Some(ent)) =
+            (&dl.idx_compressor, &dl.idx_wq_b, &dl.idx_weights_proj, lc.idx_pending, lc.idx_entries)
+        {
+            let (hi, di) = (c.index_n_heads, c.index_head_dim);
+            self.lin(g, &ic.wkv, sc.h.ptr, sc.ikv.ptr, n)?;
+            self.lin(g, &ic.wgate, sc.h.ptr, sc.igate.ptr, n)?;
+            let (pb, prows, eb) = (st.classes[pend].buf.ptr, st.classes[pend].rows, st.classes[ent].buf.ptr);
+            let closing = (t0 + n) / ratio - t0 / ratio;
+            if closing > 0 {
+                launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(di), (di * 4) as u32);
+                    sc.ikv.ptr, sc.igate.ptr, pb, prows as i32, t0 as i32, n as i32, ratio as i32, 1i32,
+                    di as i32, ic.ape.ptr, ic.norm.ptr, eps, rope_compress, npairs, if fp8 { 2i32 } else { 0 }, eb);
+            }
+            launch!(g, "compress_ring_append", Gpu::cfg((n.min(prows) as u32, 1, 1), 256, 0);
+                pb, prows as i32, sc.ikv.ptr, sc.igate.ptr, (2 * di) as i32, n as i32, t0 as i32);
+            self.lin(g, wq, qrq, sc.iq.ptr, n)?;
+            launch!(g, "rope_rows", Gpu::cfg(((n * hi) as u32, 1, 1), 32, 0); sc.iq.ptr, hi as i32, di as i32, rope_compress, npairs, pos0, 0i32);
+            if fp8 {
+                launch!(g, "indexer_rows", Gpu::cfg(((n * hi) as u32, 1, 1), pool_block(di), (di * 4) as u32); sc.iq.ptr, di as i32);
+            }
+            self.lin(g, wp, sc.h.ptr, sc.iw.ptr, n)?;
+            let me = sc.max_entries;
+            launch!(g, "indexer_scores", Gpu::cfg((n as u32, 1, 1), 256, 0);
+                sc.iq.ptr, sc.iw.ptr, eb, hi as i32, di as i32, ratio as i32, t0 as i32, me as i32,
+                1.0f32 / (hi as f32).sqrt(), sc.scores.ptr);
+            launch!(g, "indexer_topk", Gpu::cfg((n as u32, 1, 1), 256, 0);
+                sc.scores.ptr, ratio as i32, t0 as i32, me as i32, c.index_topk as i32, sc.sel.ptr);
+            sel = sc.sel.ptr;
+            topk = c.index_topk as i32;
+            max_ent = c.index_topk;
+        }
+
+        let kv_ring = &st.classes[lc.kv];
+        let max_keys = c.sliding_window + max_ent;
+        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), 128, ((hd + max_keys) * 4) as u32);
+            sc.q.ptr, kv_ring.buf.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
+            t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f32 / (hd as f32).sqrt(), sc.attn.ptr);
+        launch!(g, "ring_append", Gpu::cfg((n.min(kv_ring.rows) as u32, 1, 1), 256, 0);
+            kv_ring.buf.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
+        launch!(g, "rope_rows", Gpu::cfg(((n * nh) as u32, 1, 1), 32, 0); sc.attn.ptr, nh as i32, hd as i32, rope, npairs, pos0, 1i32);
+        // grouped low-rank output projection
+        let (gs, ol) = (c.o_groups, c.o_lora_rank);
+        let gin = nh * hd / gs;
+        for gi in 0..gs {
+            self.linear(g, &dl.wo_a, sc.attn.at(gi * gin), nh * hd, sc.oa.at(gi * ol), gs * ol, n, gi * ol, ol)?;
+        }
+        let oaq = self.act(g, &sc.oa, &sc.oaq, n, gs * ol)?;
+        self.lin(g, &dl.wo_b, oaq, sc.a.ptr, n)?;
+        Ok(())
+    }
+
+    pub(super) fn moe(&self, st: &mut GpuState, si: usize, l: usize, dl: &DevLayer, n: usize) -> Result<()> {
+        let c = &self.config;
+        let g: &Gpu = &self.stages[si].gpu;
+        let sc = &st.scratch[si];
+        let (d, k, inter, ne) = (c.hidden_size, c.num_experts_per_tok, c.moe_intermediate_size, c.n_routed_experts);
+        let lim = c.swiglu_limit as f32;
+        self.lin(g, &dl.gate, sc.h.ptr, sc.rlogits.ptr, n)?;
+        let func = match c.scoring_func {
+            ScoringFunc::SqrtSoftplus => 0i32,
+            ScoringFunc::Sigmoid => 1,
+            ScoringFunc::Softmax => 2,
+        };
+        launch!(g, "moe_route", Gpu::cfg((n as u32, 1, 1), 32, 0);
+            sc.rlogits.ptr, ne as i32, k as i32, dl.bias.as_ref().map_or(0, |b| b.ptr),
+            dl.tid2eid.as_ref().map_or(0, |b| b.ptr), sc.tokens.ptr, func, c.norm_topk_prob as i32,
+            c.routed_scaling_factor as f32, sc.ridx.ptr, sc.rwts.ptr);
+        let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
+        let npairs = n * k;
+        match self.opts.moe {
+            MoeArm::Fused => {
+                launch!(g, "expert_gate_up", Gpu::cfg((inter.div_ceil(4) as u32, npairs as u32, 1), 128, 0);
+                    dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, sc.pairs.ptr, lim,
+                    inter as i32, sc.hmid.ptr);
+                let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
+                launch!(g, "expert_down", Gpu::cfg((d.div_ceil(4) as u32, npairs as u32, 1), 128, 0);
+                    dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pairs.ptr, d as i32, sc.slot_out.ptr);
+            }
+            MoeArm::PerExpert => {
+                let idx = g.download(&sc.ridx, npairs)?;
+                let mut lists: Vec<Vec<i32>> = vec![Vec::new(); ne];
+                for (p, &e) in idx.iter().enumerate() {
+                    lists[e as usize].push(p as i32);
+                }
+                let flat: Vec<i32> = lists.iter().flatten().copied().collect();
+                let sc = &mut st.scratch[si];
+                g.write(&mut sc.pair_lists, &flat)?;
+                let sc = &st.scratch[si];
+                let mut off = 0;
+                for list in &lists {
+                    if !list.is_empty() {
+                        launch!(g, "expert_gate_up", Gpu::cfg((inter.div_ceil(4) as u32, list.len() as u32, 1), 128, 0);
+                            dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32,
+                            sc.pair_lists.at(off), lim, inter as i32, sc.hmid.ptr);
+                    }
+                    off += list.len();
+                }
+                let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
+                let mut off = 0;
+                for list in &lists {
+                    if !list.is_empty() {
+                        launch!(g, "expert_down", Gpu::cfg((d.div_ceil(4) as u32, list.len() as u32, 1), 128, 0);
+                            dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pair_lists.at(off), d as i32, sc.slot_out.ptr);
+                    }
+                    off += list.len();
+                }
+            }
+        }
+        let sc = &st.scratch[si];
+        let si_inter = dl.shared.w1.arg.rows as usize;
+        self.lin(g, &dl.shared.w1, hq, sc.sg.ptr, n)?;
+        self.lin(g, &dl.shared.w3, hq, sc.su.ptr, n)?;
+        let len = n * si_inter;
+        launch!(g, "swiglu_rows", Gpu::cfg((len.div_ceil(256) as u32, 1, 1), 256, 0); sc.sg.ptr, sc.su.ptr, lim, len as i32, sc.sh.ptr);
+        let shq = self.act(g, &sc.sh, &sc.shq, n, si_inter)?;
+        self.lin(g, &dl.shared.w2, shq, sc.sout.ptr, n)?;
+        let skip = matches!(self.opts.fault, Some(Fault::DropSharedExpert { layer }) if layer == l);
+        launch!(g, "moe_combine", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
+            sc.slot_out.ptr, sc.sout.ptr, k as i32, d as i32, skip as i32, sc.y.ptr);
+        Ok(())
+    }
+
+    /// Logits (or their argmax) of the rows `which` selects.
+    pub(super) fn head(&self, st: &mut GpuState, n: usize, which: Logits, greedy: bool) -> Result<(Vec<f32>, Vec<i32>)> {
+        let c = &self.config;
+        let si = st.scratch.len() - 1;
+        let stage = &self.stages[si];
+        let g = &stage.gpu;
+        let head = stage.head.as_ref().expect("the last stage holds the head");
+        let norm = stage.norm.as_ref().expect("the last stage holds the final norm").ptr;
+        let hcw = stage.hc_head.as_ref().expect("the last stage holds hc_head");
+        let rows: Vec<i32> = match which {
+            Logits::All => (0..n as i32).collect(),
+            Logits::Last => vec![n as i32 - 1],
+            Logits::None => vec![],
+        };
+        let (d, v) = (c.hidden_size, c.vocab_size);
+        let mut logits = Vec::new();
+        let mut arg = Vec::new();
+        for chunk in rows.chunks(LOGIT_ROWS) {
+            let cnt = chunk.len();
+            g.write(&mut st.scratch[si].head_rows, chunk)?;
+            let sc = &st.scratch[si];
+            launch!(g, "hc_head", Gpu::cfg((cnt as u32, 1, 1), 256, 0);
+                sc.x.ptr, sc.head_rows.ptr, hcw.fn_.ptr, hcw.base.ptr, hcw.scale.ptr, c.hc_mult as i32, d as i32, c.hc_eps as f32,
+                c.rms_norm_eps as f32, sc.hy.ptr);
+            self.norm(g, sc.hy.ptr, norm, cnt, d)?;
+            self.lin(g, head, sc.hy.ptr, sc.logits.ptr, cnt)?;
+            if greedy {
+                launch!(g, "argmax_rows", Gpu::cfg((cnt as u32, 1, 1), 256, 0); sc.logits.ptr, v as i32, sc.argmax.ptr);
+                arg.extend(g.download(&sc.argmax, cnt)?);
+            } else {
+                logits.extend(g.download(&sc.logits, cnt * v)?);
+            }
+        }
+        for s in &self.stages {
+            s.gpu.sync()?;
+        }
+        Ok((logits, arg))
+    }
+}

@@ -1,0 +1,260 @@
+//! Decode state on the devices: the `kvstate` classes of the DSV4 layout,
+//! each on the device of the stage that owns its layer, plus per-stage
+//! scratch sized for the widest chunk the state will be fed.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use kvstate::{slot_of, CapacityRule, Layout, StateError, StateStore};
+
+use super::device::{Buf, Gpu};
+
+/// One class on a device.
+pub struct DevClass {
+    pub stage: usize,
+    pub rows: usize,
+    pub written: u64,
+    pub buf: Buf<f32>,
+}
+
+/// Activation scratch of one stage, for chunks of up to `width` tokens.
+pub struct Scratch {
+    pub width: usize,
+    pub tokens: Buf<i32>,
+    pub x: Buf<f32>,
+    pub mix: Buf<f32>,
+    pub h: Buf<f32>,
+    pub hq: Buf<f32>,
+    pub qr: Buf<f32>,
+    pub qrq: Buf<f32>,
+    pub q: Buf<f32>,
+    pub kv: Buf<f32>,
+    pub attn: Buf<f32>,
+    pub oa: Buf<f32>,
+    pub oaq: Buf<f32>,
+    pub a: Buf<f32>,
+    pub ckv: Buf<f32>,
+    pub cgate: Buf<f32>,
+    pub ikv: Buf<f32>,
+    pub igate: Buf<f32>,
+    pub iq: Buf<f32>,
+    pub iw: Buf<f32>,
+    pub scores: Buf<f32>,
+    pub sel: Buf<i32>,
+    pub rlogits: Buf<f32>,
+    pub ridx: Buf<i32>,
+    pub rwts: Buf<f32>,
+    pub pairs: Buf<i32>,
+    pub pair_lists: Buf<i32>,
+    pub hmid: Buf<f32>,
+    pub hmidq: Buf<f32>,
+    pub slot_out: Buf<f32>,
+    pub sg: Buf<f32>,
+    pub su: Buf<f32>,
+    pub sh: Buf<f32>,
+    pub shq: Buf<f32>,
+    pub sout: Buf<f32>,
+    pub y: Buf<f32>,
+    pub head_rows: Buf<i32>,
+    pub hy: Buf<f32>,
+    pub logits: Buf<f32>,
+    pub argmax: Buf<i32>,
+    pub max_entries: usize,
+}
+
+/// Rows of logits computed per head launch.
+pub const LOGIT_ROWS: usize = 64;
+
+/// The sizes scratch needs (in f32/i32 elements), for the fit check and allocation.
+pub struct ScratchDims {
+    pub d: usize,
+    pub hc: usize,
+    pub q_lora: usize,
+    pub heads_x_hd: usize,
+    pub hd: usize,
+    pub go: usize,
+    pub cw: usize,
+    pub iw: usize,
+    pub idx_heads_x_di: usize,
+    pub idx_heads: usize,
+    pub topk: usize,
+    pub experts: usize,
+    pub k: usize,
+    pub inter: usize,
+    pub vocab: usize,
+    pub max_entries: usize,
+}
+
+impl ScratchDims {
+    /// Elements of all scratch buffers for `w` tokens.
+    pub fn elements(&self, w: usize) -> usize {
+        let per_token = 1
+            + self.hc * self.d
+            + (2 + self.hc) * self.hc
+            + 2 * self.d
+            + 2 * self.q_lora
+            + 2 * self.heads_x_hd
+            + self.hd
+            + 2 * self.go
+            + self.d
+            + 2 * self.cw
+            + 2 * self.iw
+            + self.idx_heads_x_di
+            + self.idx_heads
+            + self.max_entries
+            + self.topk
+            + self.experts
+            + 3 * self.k
+            + 2 * self.k
+            + 2 * self.k * self.inter
+            + self.k * self.d
+            + 4 * self.inter
+            + 2 * self.d;
+        w * per_token + LOGIT_ROWS * (1 + self.d + self.vocab + 1)
+    }
+
+    pub fn alloc(&self, gpu: &Gpu, w: usize) -> Result<Scratch> {
+        let f = |n: usize| gpu.alloc::<f32>(n);
+        let i = |n: usize| gpu.alloc::<i32>(n);
+        let pairs: Vec<i32> = (0..(w * self.k) as i32).collect();
+        Ok(Scratch {
+            width: w,
+            tokens: i(w)?,
+            x: f(w * self.hc * self.d)?,
+            mix: f(w * (2 + self.hc) * self.hc)?,
+            h: f(w * self.d)?,
+            hq: f(w * self.d)?,
+            qr: f(w * self.q_lora)?,
+            qrq: f(w * self.q_lora)?,
+            q: f(w * self.heads_x_hd)?,
+            kv: f(w * self.hd)?,
+            attn: f(w * self.heads_x_hd)?,
+            oa: f(w * self.go)?,
+            oaq: f(w * self.go)?,
+            a: f(w * self.d)?,
+            ckv: f(w * self.cw)?,
+            cgate: f(w * self.cw)?,
+            ikv: f(w * self.iw)?,
+            igate: f(w * self.iw)?,
+            iq: f(w * self.idx_heads_x_di)?,
+            iw: f(w * self.idx_heads)?,
+            scores: f(w * self.max_entries)?,
+            sel: i(w * self.topk)?,
+            rlogits: f(w * self.experts)?,
+            ridx: i(w * self.k)?,
+            rwts: f(w * self.k)?,
+            pairs: gpu.upload(&pairs)?,
+            pair_lists: i(w * self.k)?,
+            hmid: f(w * self.k * self.inter)?,
+            hmidq: f(w * self.k * self.inter)?,
+            slot_out: f(w * self.k * self.d)?,
+            sg: f(w * self.inter)?,
+            su: f(w * self.inter)?,
+            sh: f(w * self.inter)?,
+            shq: f(w * self.inter)?,
+            sout: f(w * self.d)?,
+            y: f(w * self.d)?,
+            head_rows: i(LOGIT_ROWS)?,
+            hy: f(LOGIT_ROWS * self.d)?,
+            logits: f(LOGIT_ROWS * self.vocab)?,
+            argmax: i(LOGIT_ROWS)?,
+            max_entries: self.max_entries,
+        })
+    }
+}
+
+/// A DSV4 decode state on the devices.
+pub struct GpuState {
+    pub layout: Arc<Layout>,
+    pub capacity: usize,
+    pub positions: usize,
+    pub classes: Vec<DevClass>,
+    pub scratch: Vec<Scratch>,
+    pub scratch_elements: usize,
+    /// The stage streams, to copy classes in and out.
+    pub(crate) gpus: Vec<Arc<Gpu>>,
+}
+
+impl GpuState {
+    pub fn chunk_width(&self) -> usize {
+        self.scratch[0].width
+    }
+
+    pub fn class_bytes(&self) -> usize {
+        self.classes.iter().map(|c| c.buf.len * 4).sum()
+    }
+
+    pub fn scratch_bytes(&self) -> usize {
+        // every scratch buffer holds 4-byte elements
+        self.scratch_elements * 4
+    }
+}
+
+impl StateStore for GpuState {
+    fn layout(&self) -> &Arc<Layout> {
+        &self.layout
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    fn positions(&self) -> usize {
+        self.positions
+    }
+    fn set_positions(&mut self, positions: usize) {
+        self.positions = positions;
+    }
+    fn written(&self, class: usize) -> u64 {
+        self.classes[class].written
+    }
+
+    fn read_live(&self, class: usize, out: &mut [u8]) -> Result<(), StateError> {
+        let spec = &self.layout.classes[class];
+        let c = &self.classes[class];
+        let live = self.live_rows(class);
+        let rb = spec.row_bytes();
+        if out.len() != live * rb {
+            return Err(StateError::Size { class: spec.name.clone(), expected: live * rb, got: out.len() });
+        }
+        let gpu = &self.gpus[c.stage];
+        let all = gpu.download(&c.buf, c.rows * spec.row_width).map_err(|e| StateError::Format(format!("{e:#}")))?;
+        for k in 0..live {
+            let slot = slot_of(spec, c.rows, c.written - live as u64 + k as u64);
+            let src = &all[slot * spec.row_width..(slot + 1) * spec.row_width];
+            for (j, v) in src.iter().enumerate() {
+                out[k * rb + 4 * j..k * rb + 4 * j + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    fn write_live(&mut self, class: usize, written: u64, rows: &[u8]) -> Result<(), StateError> {
+        let spec = self.layout.classes[class].clone();
+        let stage = self.classes[class].stage;
+        let nrows = self.classes[class].rows;
+        if !matches!(spec.rule, CapacityRule::Ring { .. }) && written as usize > nrows {
+            return Err(StateError::Full { class: spec.name.clone(), rows: nrows });
+        }
+        let live = match spec.rule {
+            CapacityRule::Ring { .. } => written.min(nrows as u64) as usize,
+            _ => written as usize,
+        };
+        let rb = spec.row_bytes();
+        if rows.len() != live * rb {
+            return Err(StateError::Size { class: spec.name.clone(), expected: live * rb, got: rows.len() });
+        }
+        let gpu = self.gpus[stage].clone();
+        let c = &mut self.classes[class];
+        let mut all = gpu.download(&c.buf, nrows * spec.row_width).map_err(|e| StateError::Format(format!("{e:#}")))?;
+        for k in 0..live {
+            let slot = slot_of(&spec, nrows, written - live as u64 + k as u64);
+            for j in 0..spec.row_width {
+                let o = k * rb + 4 * j;
+                all[slot * spec.row_width + j] = f32::from_le_bytes(rows[o..o + 4].try_into().unwrap());
+            }
+        }
+        gpu.write(&mut c.buf, &all).map_err(|e| StateError::Format(format!("{e:#}")))?;
+        gpu.sync().map_err(|e| StateError::Format(format!("{e:#}")))?;
+        c.written = written;
+        Ok(())
+    }
+}

@@ -1,0 +1,228 @@
+//! Weights on a device, in the formats the kernels read (`Mat` in
+//! kernels/common.cuh): F32, BF16, FP8 with f32 128x128 tile scales, FP4
+//! with E8M0 1x32 scales. Formats the kernels do not read are converted
+//! exactly at upload (F16 and Q8_0 to F32, MXFP4 repacked to FP4).
+
+use anyhow::Result;
+use cudarc::driver::DeviceRepr;
+
+use super::device::{Buf, Gpu};
+use crate::weights::matrix::{MatFormat, Matrix};
+use crate::weights::model::{CompressorWeights, Dsv4Weights, ExpertWeights, HcWeights, LayerWeights};
+
+/// The kernels' `Mat` (kernels/common.cuh), by value.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MatArg {
+    pub data: u64,
+    pub scales: u64,
+    pub rows: i32,
+    pub cols: i32,
+    pub fmt: i32,
+    pub pad: i32,
+}
+
+// SAFETY: plain old data with the layout of the C struct `Mat`; all-zero
+// bits are a valid (null) value.
+unsafe impl DeviceRepr for MatArg {}
+unsafe impl cudarc::driver::ValidAsZeroBits for MatArg {}
+
+const FMT_F32: i32 = 0;
+const FMT_BF16: i32 = 1;
+const FMT_FP8: i32 = 2;
+const FMT_FP4: i32 = 3;
+
+pub struct DevMat {
+    _data: Buf<u8>,
+    _scales: Option<Buf<u8>>,
+    pub arg: MatArg,
+}
+
+impl DevMat {
+    pub fn upload(gpu: &Gpu, m: &Matrix) -> Result<DevMat> {
+        let (bytes, scales, fmt): (Vec<u8>, Option<Vec<u8>>, i32) = match &m.format {
+            MatFormat::F32 => (m.data.to_vec(), None, FMT_F32),
+            MatFormat::BF16 => (m.data.to_vec(), None, FMT_BF16),
+            MatFormat::Fp8 { scales, block } => {
+                assert_eq!(*block, 128, "FP8 tiles other than 128x128");
+                (m.data.to_vec(), Some(scales.iter().flat_map(|s| s.to_le_bytes()).collect()), FMT_FP8)
+            }
+            MatFormat::Fp4 { scales } => (m.data.to_vec(), Some(scales.to_vec()), FMT_FP4),
+            MatFormat::Mxfp4 => {
+                // ggml blocks (scale, 16 bytes: low nibbles = first 16) -> pairs, scales apart
+                let nb = m.cols / 32;
+                let mut packed = Vec::with_capacity(m.rows * m.cols / 2);
+                let mut sc = Vec::with_capacity(m.rows * nb);
+                for blk in m.data.chunks_exact(17) {
+                    sc.push(blk[0]);
+                    let nib = |j: usize| if j < 16 { blk[1 + j] & 0xF } else { blk[1 + j - 16] >> 4 };
+                    for k in 0..16 {
+                        packed.push(nib(2 * k) | (nib(2 * k + 1) << 4));
+                    }
+                }
+                (packed, Some(sc), FMT_FP4)
+            }
+            MatFormat::F16 | MatFormat::Q8_0 => (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None, FMT_F32),
+        };
+        let data = gpu.upload(&bytes)?;
+        let scales = match scales {
+            Some(s) => Some(gpu.upload(&s)?),
+            None => None,
+        };
+        let arg = MatArg {
+            data: data.ptr,
+            scales: scales.as_ref().map_or(0, |s| s.ptr),
+            rows: m.rows as i32,
+            cols: m.cols as i32,
+            fmt,
+            pad: 0,
+        };
+        Ok(DevMat { _data: data, _scales: scales, arg })
+    }
+}
+
+pub struct DevHc {
+    pub fn_: Buf<f32>,
+    pub base: Buf<f32>,
+    pub scale: Buf<f32>,
+}
+
+impl DevHc {
+    fn upload(gpu: &Gpu, h: &HcWeights) -> Result<DevHc> {
+        Ok(DevHc { fn_: gpu.upload(&h.fn_)?, base: gpu.upload(&h.base)?, scale: gpu.upload(&h.scale)? })
+    }
+}
+
+pub struct DevCompressor {
+    pub ape: Buf<f32>,
+    pub wkv: DevMat,
+    pub wgate: DevMat,
+    pub norm: Buf<f32>,
+}
+
+impl DevCompressor {
+    fn upload(gpu: &Gpu, c: &CompressorWeights) -> Result<DevCompressor> {
+        Ok(DevCompressor {
+            ape: gpu.upload(&c.ape)?,
+            wkv: DevMat::upload(gpu, &c.wkv)?,
+            wgate: DevMat::upload(gpu, &c.wgate)?,
+            norm: gpu.upload(&c.norm)?,
+        })
+    }
+}
+
+pub struct DevExpert {
+    pub w1: DevMat,
+    pub w2: DevMat,
+    pub w3: DevMat,
+}
+
+impl DevExpert {
+    fn upload(gpu: &Gpu, e: &ExpertWeights) -> Result<DevExpert> {
+        Ok(DevExpert { w1: DevMat::upload(gpu, &e.w1)?, w2: DevMat::upload(gpu, &e.w2)?, w3: DevMat::upload(gpu, &e.w3)? })
+    }
+}
+
+pub struct DevLayer {
+    pub attn_norm: Buf<f32>,
+    pub ffn_norm: Buf<f32>,
+    pub hc_attn: DevHc,
+    pub hc_ffn: DevHc,
+    pub sink: Buf<f32>,
+    pub wq_a: DevMat,
+    pub q_norm: Buf<f32>,
+    pub wq_b: DevMat,
+    pub wkv: DevMat,
+    pub kv_norm: Buf<f32>,
+    pub wo_a: DevMat,
+    pub wo_b: DevMat,
+    pub compressor: Option<DevCompressor>,
+    pub idx_wq_b: Option<DevMat>,
+    pub idx_weights_proj: Option<DevMat>,
+    pub idx_compressor: Option<DevCompressor>,
+    pub gate: DevMat,
+    pub bias: Option<Buf<f32>>,
+    pub tid2eid: Option<Buf<i32>>,
+    pub shared: DevExpert,
+    _experts: Vec<DevExpert>,
+    /// `Mat` tables indexed by expert id.
+    pub w1s: Buf<MatArg>,
+    pub w2s: Buf<MatArg>,
+    pub w3s: Buf<MatArg>,
+}
+
+impl DevLayer {
+    pub fn upload(gpu: &Gpu, l: &LayerWeights) -> Result<DevLayer> {
+        let a = &l.attn;
+        let experts: Vec<DevExpert> = l.ffn.experts.iter().map(|e| DevExpert::upload(gpu, e)).collect::<Result<_>>()?;
+        let table = |f: &dyn Fn(&DevExpert) -> MatArg| -> Result<Buf<MatArg>> {
+            let v: Vec<MatArg> = experts.iter().map(f).collect();
+            gpu.upload(&v)
+        };
+        Ok(DevLayer {
+            attn_norm: gpu.upload(&l.attn_norm)?,
+            ffn_norm: gpu.upload(&l.ffn_norm)?,
+            hc_attn: DevHc::upload(gpu, &l.hc_attn)?,
+            hc_ffn: DevHc::upload(gpu, &l.hc_ffn)?,
+            sink: gpu.upload(&a.sink)?,
+            wq_a: DevMat::upload(gpu, &a.wq_a)?,
+            q_norm: gpu.upload(&a.q_norm)?,
+            wq_b: DevMat::upload(gpu, &a.wq_b)?,
+            wkv: DevMat::upload(gpu, &a.wkv)?,
+            kv_norm: gpu.upload(&a.kv_norm)?,
+            wo_a: DevMat::upload(gpu, &a.wo_a)?,
+            wo_b: DevMat::upload(gpu, &a.wo_b)?,
+            compressor: a.compressor.as_ref().map(|c| DevCompressor::upload(gpu, c)).transpose()?,
+            idx_wq_b: a.indexer.as_ref().map(|i| DevMat::upload(gpu, &i.wq_b)).transpose()?,
+            idx_weights_proj: a.indexer.as_ref().map(|i| DevMat::upload(gpu, &i.weights_proj)).transpose()?,
+            idx_compressor: a.indexer.as_ref().map(|i| DevCompressor::upload(gpu, &i.compressor)).transpose()?,
+            gate: DevMat::upload(gpu, &l.ffn.gate)?,
+            bias: l.ffn.bias.as_ref().map(|b| gpu.upload(b)).transpose()?,
+            tid2eid: l
+                .ffn
+                .tid2eid
+                .as_ref()
+                .map(|t| gpu.upload(&t.iter().map(|&x| x as i32).collect::<Vec<_>>()))
+                .transpose()?,
+            shared: DevExpert::upload(gpu, &l.ffn.shared)?,
+            w1s: table(&|e| e.w1.arg)?,
+            w2s: table(&|e| e.w2.arg)?,
+            w3s: table(&|e| e.w3.arg)?,
+            _experts: experts,
+        })
+    }
+}
+
+/// Device bytes the weights of `layers` (and the embedding/head when asked)
+/// will take, for the up-front fit check.
+pub fn device_bytes(w: &Dsv4Weights, layers: std::ops::Range<usize>, embed: bool, head: bool) -> usize {
+    let m = |x: &Matrix| match x.format {
+        MatFormat::F16 | MatFormat::Q8_0 => x.rows * x.cols * 4,
+        _ => x.stored_bytes(),
+    };
+    let mut n = 0;
+    if embed {
+        n += m(&w.embed);
+    }
+    if head {
+        n += m(&w.head) + w.hc_head.fn_.len() * 4;
+    }
+    for l in &w.layers[layers] {
+        let a = &l.attn;
+        for x in [&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &l.ffn.gate] {
+            n += m(x);
+        }
+        for c in a.compressor.iter().chain(a.indexer.as_ref().map(|i| &i.compressor)) {
+            n += m(&c.wkv) + m(&c.wgate) + c.ape.len() * 4;
+        }
+        if let Some(i) = &a.indexer {
+            n += m(&i.wq_b) + m(&i.weights_proj);
+        }
+        for e in l.ffn.experts.iter().chain(std::iter::once(&l.ffn.shared)) {
+            n += m(&e.w1) + m(&e.w2) + m(&e.w3);
+        }
+        n += (l.hc_attn.fn_.len() + l.hc_ffn.fn_.len()) * 4;
+        n += l.ffn.tid2eid.as_ref().map_or(0, |t| t.len() * 4);
+    }
+    n
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The GPU gate battery, run on the H200 machine from the repository root with
+# a release `memra` built elsewhere (target/release/memra carried along).
+#   bash scripts/gpu_gates.sh [quick|full]
+# Writes logs and JSON reports under $OUT (or ./out).
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT" /tmp/m
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+M=./target/release/memra
+MODE=${1:-full}
+LOG="$OUT/gates.log"
+SUMMARY="$OUT/summary.txt"
+: > "$LOG"; : > "$SUMMARY"
+step() { # name, command...
+  local name=$1; shift
+  local t0=$(date +%s.%N)
+  "$@" >> "$LOG" 2>&1
+  local rc=$?
+  local t1=$(date +%s.%N)
+  printf '%-44s rc=%d %6.1fs | %s\n' "$name" $rc "$(echo "$t1 - $t0" | bc)" "$(tail -1 "$LOG" | cut -c1-400)" | tee -a "$SUMMARY"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+step "synth tiny" $M synth --preset tiny --seed 0 --out /tmp/m/tiny
+step "synth small" $M synth --preset small --seed 1 --out /tmp/m/small
+for model in tiny small; do
+  for v in exact fp8; do
+    step "compare $model $v" $M gate compare /tmp/m/$model --variant $v --prompt-len 160
+  done
+done
+step "compare small exact bf16" $M gate compare /tmp/m/small --variant exact --experts bf16 --prompt-len 160
+for model in tiny small; do
+  for v in exact fp8; do
+    step "chunks $model $v" $M gate chunks /tmp/m/$model --variant $v --prompt-len 160 --out $OUT/chunks_${model}_$v.json
+  done
+done
+step "chunks small exact 0,0" $M gate chunks /tmp/m/small --variant exact --prompt-len 160 --devices 0,0
+[ "$MODE" = quick ] && exit 0
+for model in tiny small; do
+  for v in exact fp8; do
+    step "bank $model $v" $M bank --model /tmp/m/$model --prompt-len 32 --n 160 --variant $v --out /tmp/m/bank_${model}_$v.json
+    cp /tmp/m/bank_${model}_$v.json $OUT/ 2>/dev/null
+  done
+done
+for model in tiny small; do
+  for v in exact fp8; do
+    for e in native bf16; do
+      for d in 0 0,0; do
+        step "tf $model $v $e dev $d" $M gate tf /tmp/m/$model /tmp/m/bank_${model}_$v.json $OUT/tf_${model}_${v}_${e}_${d/,/_} --experts $e --devices $d
+      done
+    done
+  done
+done
+step "tf tiny exact FAULT drop-shared" $M gate tf /tmp/m/tiny /tmp/m/bank_tiny_exact.json $OUT/tf_fault1 --inject-fault drop-shared:2
+step "tf small exact FAULT shift-rope" $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_fault2 --inject-fault shift-rope:1
+step "tf small exact per-expert" $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_small_perexpert --moe per-expert
+# transformers reference on small (exact, native FP4 experts dequantized by transformers)
+python3 -c "import json; b=json.load(open('/tmp/m/bank_small_exact.json')); json.dump({'tokens': b['prompt']+b['tokens']}, open('/tmp/m/seq.json','w'))"
+step "logits small gpu" $M logits --model /tmp/m/small --tokens /tmp/m/seq.json --out /tmp/m/small_gpu.f32 --backend gpu
+step "transformers vs gpu small" python3 scripts/check_transformers_load.py /tmp/m/small /tmp/m/seq.json /tmp/m/small_gpu.f32
+step "generate tiny gpu" $M generate --model /tmp/m/tiny --backend gpu --max-tokens 64 --json --no-stop
