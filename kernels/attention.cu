@@ -6,22 +6,30 @@
 // pos % ring_rows) or from this chunk's rows `local` — then to compressed
 // entries: mode 1 (HCA) every entry s < (p+1)/ratio, mode 2 (CSA) the
 // indexer's list sel[t, 0..topk) (-1 = none). Logits q.k * scale join a
-// per-head sink logit; out = sum p_j k_j / denominator.
-// grid (n, heads), block 128, dynamic smem: (hd + max_keys) floats.
+// per-head sink logit; out = sum p_j k_j / denominator. All in f64.
+// grid (n, heads), block 128, dynamic smem: max_keys doubles.
+
+__device__ __forceinline__ const float* key_row(int j, int nwin, int first, int t0, const float* ring, int ring_rows,
+                                                const float* local, const float* entries, const int* sel, int t,
+                                                int topk, int mode, int hd) {
+    if (j < nwin) {
+        const int pos = first + j;
+        return pos < t0 ? ring + (size_t)(pos % ring_rows) * hd : local + (size_t)(pos - t0) * hd;
+    }
+    const int s = mode == 1 ? j - nwin : sel[(size_t)t * topk + (j - nwin)];
+    return s >= 0 ? entries + (size_t)s * hd : 0;
+}
+
 extern "C" __global__ void attention_rows(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
                                           const float* __restrict__ local, const float* __restrict__ entries,
                                           const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
-                                          int window, const float* __restrict__ sinks, int hd, float scale,
+                                          int window, const float* __restrict__ sinks, int hd, double scale,
                                           float* __restrict__ out) {
-    extern __shared__ float sm[];
-    __shared__ float red[32];
-    float* qs = sm;
-    float* logits = sm + hd;
+    extern __shared__ double logits[];
+    __shared__ double red[32];
     const int t = blockIdx.x, h = blockIdx.y, heads = gridDim.y;
     const int p = t0 + t;
     const float* qrow = q + ((size_t)t * heads + h) * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) qs[i] = qrow[i];
-    __syncthreads();
     const int first = max(0, p - window + 1);
     const int nwin = p - first + 1;
     int nent = 0;
@@ -30,51 +38,31 @@ extern "C" __global__ void attention_rows(const float* __restrict__ q, const flo
     const int nk = nwin + nent;
     const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
     for (int j = warp; j < nk; j += nwarps) {
-        const float* k = 0;
-        if (j < nwin) {
-            const int pos = first + j;
-            k = pos < t0 ? ring + (size_t)(pos % ring_rows) * hd : local + (size_t)(pos - t0) * hd;
-        } else {
-            const int s = mode == 1 ? j - nwin : sel[(size_t)t * topk + (j - nwin)];
-            if (s >= 0) k = entries + (size_t)s * hd;
-        }
-        float acc = 0.f;
-        if (k) {
-            for (int i = lane; i < hd; i += 32) acc = fmaf(qs[i], k[i], acc);
-            #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        }
+        const float* k = key_row(j, nwin, first, t0, ring, ring_rows, local, entries, sel, t, topk, mode, hd);
+        const double acc = k ? warp_dot(qrow, k, hd) : 0.0;
         if (lane == 0) logits[j] = k ? acc * scale : -INFINITY;
     }
     __syncthreads();
-    float mx = sinks[h];
-    for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmaxf(mx, logits[j]);
-    mx = block_max(mx, red);
-    float part = 0.f;
+    double mx = (double)sinks[h];
+    for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmax(mx, logits[j]);
+    mx = block_max_d(mx, red);
+    double part = 0.0;
     for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-        const float e = logits[j] == -INFINITY ? 0.f : expf(logits[j] - mx);
+        const double e = logits[j] == -INFINITY ? 0.0 : exp(logits[j] - mx);
         logits[j] = e;
         part += e;
     }
-    const float denom = block_sum(part, red) + expf(sinks[h] - mx);
-    __syncthreads();
+    const double denom = exp((double)sinks[h] - mx) + block_sum(part, red);
     float* orow = out + ((size_t)t * heads + h) * hd;
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        float acc = 0.f;
+        double acc = 0.0;
         for (int j = 0; j < nk; j++) {
-            const float pj = logits[j];
-            if (pj == 0.f) continue;
-            const float* k;
-            if (j < nwin) {
-                const int pos = first + j;
-                k = pos < t0 ? ring + (size_t)(pos % ring_rows) * hd : local + (size_t)(pos - t0) * hd;
-            } else {
-                const int s = mode == 1 ? j - nwin : sel[(size_t)t * topk + (j - nwin)];
-                k = entries + (size_t)s * hd;
-            }
-            acc = fmaf(pj, k[i], acc);
+            const double pj = logits[j];
+            if (pj == 0.0) continue;
+            const float* k = key_row(j, nwin, first, t0, ring, ring_rows, local, entries, sel, t, topk, mode, hd);
+            acc += pj * (double)k[i];
         }
-        orow[i] = acc / denom;
+        orow[i] = (float)(acc / denom);
     }
 }
 

@@ -10,6 +10,15 @@
 //            E8M0 scale byte per 32 columns.
 // Every op reduces in a fixed order that does not depend on how many tokens
 // a launch holds, so chunked prefill and decode give identical bits.
+//
+// Faithful arithmetic: where the CPU oracle (cpu/ops) computes an op in f64
+// and rounds once to f32, the kernel does the same (products of f32 values
+// are exact in f64, so sums agree with the CPU up to f64 rounding and the
+// final f32 rounding almost always agrees bit for bit); where the CPU uses
+// f32 operations (RoPE, quantization) the kernel uses the same operations
+// with contraction disabled. The two realizations then agree to the last
+// bit nearly everywhere, and the fp8 variant's quantizers see the same
+// inputs on both sides.
 
 typedef unsigned char u8;
 typedef unsigned short u16;
@@ -89,36 +98,68 @@ __device__ __forceinline__ void load8(const Mat& m, int r, int k, float* w) {
     }
 }
 
-// Dot of weight row r with a dense f32 vector x (cols long), by one warp:
-// lanes take 8-wide chunks k = 8*lane + 256*i in order, then a fixed
+// Dot of weight row r with a dense f32 vector x (cols long), by one warp,
+// in f64: lanes take 8-wide chunks k = 8*lane + 256*i in order, then a fixed
 // butterfly. Every lane returns the full sum.
-__device__ __forceinline__ float warp_dot_row(const Mat& m, int r, const float* x) {
+__device__ __forceinline__ double warp_dot_row(const Mat& m, int r, const float* x) {
     const int lane = threadIdx.x & 31;
-    float acc = 0.f;
+    double acc = 0.0;
     float w[8];
     for (int k = lane * 8; k < m.cols; k += 256) {
         load8(m, r, k, w);
         #pragma unroll
-        for (int j = 0; j < 8; j++) acc = fmaf(w[j], x[k + j], acc);
+        for (int j = 0; j < 8; j++) acc = fma((double)w[j], (double)x[k + j], acc);
     }
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     return acc;
 }
 
+// Dot of two f32 vectors by one warp, in f64 (lanes strided, fixed butterfly).
+__device__ __forceinline__ double warp_dot(const float* a, const float* b, int n) {
+    const int lane = threadIdx.x & 31;
+    double acc = 0.0;
+    for (int i = lane; i < n; i += 32) acc = fma((double)a[i], (double)b[i], acc);
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    return acc;
+}
+
 // Fixed-order block sum of one value per thread (blockDim.x a multiple of 32,
-// at most 1024). `red` holds 32 floats of shared memory. All threads get it.
-__device__ __forceinline__ float block_sum(float v, float* red) {
+// at most 1024). `red` holds 32 doubles of shared memory. All threads get it.
+__device__ __forceinline__ double block_sum(double v, double* red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads();
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    float t = 0.f;
+    double t = 0.0;
     const int nw = blockDim.x >> 5;
     for (int i = 0; i < nw; i++) t += red[i];
+    __syncthreads();
     return t;
+}
+
+__device__ __forceinline__ double block_max_d(double v, double* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    double t = red[0];
+    const int nw = blockDim.x >> 5;
+    for (int i = 1; i < nw; i++) t = fmax(t, red[i]);
+    __syncthreads();
+    return t;
+}
+
+// RoPE rotation of one pair with the CPU's f32 operations (no contraction).
+__device__ __forceinline__ void rotate_pair(float* a, float* b, float c, float s) {
+    const float x = *a, y = *b;
+    *a = __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s));
+    *b = __fadd_rn(__fmul_rn(y, c), __fmul_rn(x, s));
 }
 
 __device__ __forceinline__ float block_max(float v, float* red) {
@@ -131,6 +172,7 @@ __device__ __forceinline__ float block_max(float v, float* red) {
     float t = red[0];
     const int nw = blockDim.x >> 5;
     for (int i = 1; i < nw; i++) t = fmaxf(t, red[i]);
+    __syncthreads();
     return t;
 }
 

@@ -11,12 +11,13 @@
 //   both compute every element with the same instructions.
 //   grid (ceil(inter/4), npairs), block 128.
 // expert_down: out[pair, j] = W2_j . h[pair]; grid (ceil(d/4), npairs), block 128.
-// moe_combine: y[t] = sum_slot out[t*k + slot] + shared[t]; grid (n, ceil(d/256)).
+// moe_combine: y[t] = sum_slot out[t*k + slot] + shared[t] (f64); grid (n, ceil(d/256)).
+// Routing weights are kept in f64 as the CPU twin keeps them.
 
 extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_experts, int k,
                                      const float* __restrict__ bias, const int* __restrict__ tid2eid,
                                      const int* __restrict__ tokens, int func, int norm, float scaling,
-                                     int* __restrict__ idx, float* __restrict__ wts) {
+                                     int* __restrict__ idx, double* __restrict__ wts) {
     if (threadIdx.x != 0) return;
     const int t = blockIdx.x;
     const float* l = logits + (size_t)t * n_experts;
@@ -50,20 +51,21 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_exp
     for (int s = 0; s < k; s++) {
         const double v = norm ? w[s] / (sum + 1e-20) : w[s];
         idx[(size_t)t * k + s] = chosen[s];
-        wts[(size_t)t * k + s] = (float)(v * scaling);
+        wts[(size_t)t * k + s] = v * (double)scaling;
     }
     #undef SCORE
 }
 
-__device__ __forceinline__ float swiglu(float g, float u, float lim, float w) {
-    g = fminf(g, lim);
-    u = fminf(fmaxf(u, -lim), lim);
-    return g / (1.f + expf(-g)) * u * w;
+// As the CPU twin: clamps in f32, the rest in f64, one rounding.
+__device__ __forceinline__ float swiglu(float g, float u, float lim, double w) {
+    const double gv = (double)fminf(g, lim);
+    const double uv = (double)fminf(fmaxf(u, -lim), lim);
+    return (float)(gv / (1.0 + exp(-gv)) * uv * w);
 }
 
 extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat* __restrict__ w3s,
                                           const float* __restrict__ x, int d, const int* __restrict__ idx,
-                                          const float* __restrict__ wts, int k, const int* __restrict__ pairs,
+                                          const double* __restrict__ wts, int k, const int* __restrict__ pairs,
                                           float lim, int inter, float* __restrict__ h) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int i = blockIdx.x * 4 + warp;
@@ -72,8 +74,8 @@ extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat
     const int t = pair / k;
     const int e = idx[pair];
     const float* xt = x + (size_t)t * d;
-    const float g = warp_dot_row(w1s[e], i, xt);
-    const float u = warp_dot_row(w3s[e], i, xt);
+    const float g = (float)warp_dot_row(w1s[e], i, xt);
+    const float u = (float)warp_dot_row(w3s[e], i, xt);
     if (lane == 0) h[(size_t)pair * inter + i] = swiglu(g, u, lim, wts[pair]);
 }
 
@@ -84,15 +86,15 @@ extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float*
     const int j = blockIdx.x * 4 + warp;
     if (j >= d) return;
     const int pair = pairs[blockIdx.y];
-    const float v = warp_dot_row(w2s[idx[pair]], j, h + (size_t)pair * inter);
-    if (lane == 0) out[(size_t)pair * d + j] = v;
+    const double v = warp_dot_row(w2s[idx[pair]], j, h + (size_t)pair * inter);
+    if (lane == 0) out[(size_t)pair * d + j] = (float)v;
 }
 
 // Shared expert middle: h = swiglu(g, u) with weight 1, elementwise over n*inter.
 extern "C" __global__ void swiglu_rows(const float* __restrict__ g, const float* __restrict__ u, float lim, int len,
                                        float* __restrict__ h) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < len) h[i] = swiglu(g[i], u[i], lim, 1.f);
+    if (i < len) h[i] = swiglu(g[i], u[i], lim, 1.0);
 }
 
 extern "C" __global__ void moe_combine(const float* __restrict__ out, const float* __restrict__ shared, int k, int d,
@@ -100,8 +102,8 @@ extern "C" __global__ void moe_combine(const float* __restrict__ out, const floa
     const int t = blockIdx.x;
     const int j = blockIdx.y * blockDim.x + threadIdx.x;
     if (j >= d) return;
-    float acc = 0.f;
-    for (int s = 0; s < k; s++) acc += out[((size_t)t * k + s) * d + j];
-    if (!skip_shared) acc += shared[(size_t)t * d + j];
-    y[(size_t)t * d + j] = acc;
+    double acc = 0.0;
+    for (int s = 0; s < k; s++) acc += (double)out[((size_t)t * k + s) * d + j];
+    if (!skip_shared) acc += (double)shared[(size_t)t * d + j];
+    y[(size_t)t * d + j] = (float)acc;
 }

@@ -6,7 +6,7 @@
 //   grid (rows, ceil(nope/64)), block 64.
 // indexer_rows: orthonormal Walsh-Hadamard of each row (power-of-two width
 //   <= 1024), then FP4 E2M1 in 1x32 blocks; grid (rows), block max(32, width),
-//   dynamic smem width floats.
+//   dynamic smem width doubles.
 
 __device__ __forceinline__ void fp8_block(float* v, int len, float* red) {
     const int i = threadIdx.x;
@@ -28,15 +28,13 @@ extern "C" __global__ void kv_fp8_rows(float* __restrict__ x, int width, int nop
     fp8_block(x + (size_t)blockIdx.x * width + b0, min(64, nope - b0), red);
 }
 
-extern "C" __global__ void indexer_rows(float* __restrict__ x, int width) {
-    extern __shared__ float h[];
-    float* row = x + (size_t)blockIdx.x * width;
+// Orthonormal Walsh-Hadamard of `width` values held in shared `h` (f64, as
+// the CPU twin), by threads 0..width. Returns this thread's rotated value.
+__device__ __forceinline__ float hadamard_shared(double* h, int width) {
     const int i = threadIdx.x;
     const bool on = i < width;
-    if (on) h[i] = row[i];
-    __syncthreads();
     for (int len = 1; len < width; len <<= 1) {
-        float v = 0.f;
+        double v = 0.0;
         if (on) {
             const int j = i ^ len;
             v = (i & len) ? h[j] - h[i] : h[i] + h[j];
@@ -45,12 +43,26 @@ extern "C" __global__ void indexer_rows(float* __restrict__ x, int width) {
         if (on) h[i] = v;
         __syncthreads();
     }
-    const float hv = on ? h[i] * rsqrtf((float)width) : 0.f;
-    // FP4 in blocks of 32 = one warp each
+    return on ? (float)(h[i] * (1.0 / sqrt((double)width))) : 0.f;
+}
+
+// FP4 E2M1 in blocks of 32 = one warp each (lanes past `on` hold 0).
+__device__ __forceinline__ float fp4_block(float hv) {
     float a = fabsf(hv);
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-    const float amax = fmaxf(a, 6.f * __uint_as_float(1u << 23));
-    const float s = pow2_scale(amax, 6.f);
-    if (on) row[i] = e2m1_round(fminf(fmaxf(hv / s, -6.f), 6.f)) * s;
+    const float s = pow2_scale(fmaxf(a, 6.f * __uint_as_float(1u << 23)), 6.f);
+    return e2m1_round(fminf(fmaxf(hv / s, -6.f), 6.f)) * s;
+}
+
+extern "C" __global__ void indexer_rows(float* __restrict__ x, int width) {
+    extern __shared__ double h[];
+    float* row = x + (size_t)blockIdx.x * width;
+    const int i = threadIdx.x;
+    const bool on = i < width;
+    if (on) h[i] = row[i];
+    __syncthreads();
+    const float hv = hadamard_shared(h, width);
+    const float q = fp4_block(hv);
+    if (on) row[i] = q;
 }

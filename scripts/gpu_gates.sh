@@ -14,12 +14,17 @@ SUMMARY="$OUT/summary.txt"
 : > "$LOG"; : > "$SUMMARY"
 step() { # name, command...
   local name=$1; shift
-  local t0=$(date +%s.%N)
+  local t0=$(date +%s%N)
   "$@" >> "$LOG" 2>&1
   local rc=$?
-  local t1=$(date +%s.%N)
-  printf '%-44s rc=%d %6.1fs | %s\n' "$name" $rc "$(echo "$t1 - $t0" | bc)" "$(tail -1 "$LOG" | cut -c1-400)" | tee -a "$SUMMARY"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  printf '%-40s rc=%d %6dms | %s\n' "$name" $rc "$ms" "$(tail -1 "$LOG" | cut -c1-400)" | tee -a "$SUMMARY"
 }
+pack() { # at most 8 files come back: pack everything but the summary
+  (cd "$OUT" && tar czf results.tgz --exclude=results.tgz --exclude=summary.txt . 2>/dev/null)
+  find "$OUT" -mindepth 1 -not -name results.tgz -not -name summary.txt -delete 2>/dev/null
+}
+trap pack EXIT
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 step "synth tiny" $M synth --preset tiny --seed 0 --out /tmp/m/tiny
 step "synth small" $M synth --preset small --seed 1 --out /tmp/m/small

@@ -116,6 +116,9 @@ impl Dsv4Gpu {
         if devices.is_empty() {
             bail!("no devices given");
         }
+        if cfg.hc_mult > 8 || cfg.num_experts_per_tok > 16 || cfg.head_dim > 1024 || cfg.index_head_dim > 1024 {
+            bail!("the GPU kernels support hc_mult <= 8, num_experts_per_tok <= 16 and head dims <= 1024");
+        }
         let n = cfg.num_hidden_layers;
         let s = devices.len().min(n);
         let ranges: Vec<Range<usize>> = (0..s).map(|i| (i * n / s)..((i + 1) * n / s)).collect();
@@ -427,8 +430,7 @@ impl Dsv4Gpu {
 
     pub(super) fn hc_pre(&self, g: &Gpu, hc: &DevHc, x: u64, mix: u64, out: u64, n: usize) -> Result<()> {
         let c = &self.config;
-        let nmix = (2 + c.hc_mult) * c.hc_mult;
-        launch!(g, "hc_pre", Gpu::cfg((n as u32, 1, 1), 256, (nmix * 4) as u32);
+        launch!(g, "hc_pre", Gpu::cfg((n as u32, 1, 1), 256, 0);
             x, hc.fn_.ptr, hc.base.ptr, hc.scale.ptr, c.hc_mult as i32, c.hidden_size as i32,
             c.hc_sinkhorn_iters as i32, c.hc_eps as f32, c.rms_norm_eps as f32, mix, out);
         Ok(())

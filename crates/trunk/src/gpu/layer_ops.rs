@@ -54,7 +54,7 @@ impl Dsv4Gpu {
             let (pb, prows, eb) = (st.classes[pend].buf.ptr, st.classes[pend].rows, st.classes[ent].buf.ptr);
             let closing = (t0 + n) / ratio - t0 / ratio;
             if closing > 0 {
-                launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(hd), (hd * 4) as u32);
+                launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(hd), (hd * 8) as u32);
                     sc.ckv.ptr, sc.cgate.ptr, pb, prows as i32, t0 as i32, n as i32, ratio as i32, overlap as i32,
                     hd as i32, cw.ape.ptr, cw.norm.ptr, eps, rope_compress, npairs, fp8 as i32, eb);
             }
@@ -73,7 +73,7 @@ impl Dsv4Gpu {
             let (pb, prows, eb) = (st.classes[pend].buf.ptr, st.classes[pend].rows, st.classes[ent].buf.ptr);
             let closing = (t0 + n) / ratio - t0 / ratio;
             if closing > 0 {
-                launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(di), (di * 4) as u32);
+                launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(di), (di * 8) as u32);
                     sc.ikv.ptr, sc.igate.ptr, pb, prows as i32, t0 as i32, n as i32, ratio as i32, 1i32,
                     di as i32, ic.ape.ptr, ic.norm.ptr, eps, rope_compress, npairs, if fp8 { 2i32 } else { 0 }, eb);
             }
@@ -82,13 +82,13 @@ impl Dsv4Gpu {
             self.lin(g, wq, qrq, sc.iq.ptr, n)?;
             launch!(g, "rope_rows", Gpu::cfg(((n * hi) as u32, 1, 1), 32, 0); sc.iq.ptr, hi as i32, di as i32, rope_compress, npairs, pos0, 0i32);
             if fp8 {
-                launch!(g, "indexer_rows", Gpu::cfg(((n * hi) as u32, 1, 1), pool_block(di), (di * 4) as u32); sc.iq.ptr, di as i32);
+                launch!(g, "indexer_rows", Gpu::cfg(((n * hi) as u32, 1, 1), pool_block(di), (di * 8) as u32); sc.iq.ptr, di as i32);
             }
             self.lin(g, wp, sc.h.ptr, sc.iw.ptr, n)?;
             let me = sc.max_entries;
             launch!(g, "indexer_scores", Gpu::cfg((n as u32, 1, 1), 256, 0);
                 sc.iq.ptr, sc.iw.ptr, eb, hi as i32, di as i32, ratio as i32, t0 as i32, me as i32,
-                1.0f32 / (hi as f32).sqrt(), sc.scores.ptr);
+                (hi as f32).sqrt(), sc.scores.ptr);
             launch!(g, "indexer_topk", Gpu::cfg((n as u32, 1, 1), 256, 0);
                 sc.scores.ptr, ratio as i32, t0 as i32, me as i32, c.index_topk as i32, sc.sel.ptr);
             sel = sc.sel.ptr;
@@ -98,9 +98,9 @@ impl Dsv4Gpu {
 
         let kv_ring = &st.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
-        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), 128, ((hd + max_keys) * 4) as u32);
+        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), 128, (max_keys * 8) as u32);
             sc.q.ptr, kv_ring.buf.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
-            t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f32 / (hd as f32).sqrt(), sc.attn.ptr);
+            t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), sc.attn.ptr);
         launch!(g, "ring_append", Gpu::cfg((n.min(kv_ring.rows) as u32, 1, 1), 256, 0);
             kv_ring.buf.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
         launch!(g, "rope_rows", Gpu::cfg(((n * nh) as u32, 1, 1), 32, 0); sc.attn.ptr, nh as i32, hd as i32, rope, npairs, pos0, 1i32);

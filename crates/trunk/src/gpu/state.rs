@@ -22,7 +22,7 @@ pub struct Scratch {
     pub width: usize,
     pub tokens: Buf<i32>,
     pub x: Buf<f32>,
-    pub mix: Buf<f32>,
+    pub mix: Buf<f64>,
     pub h: Buf<f32>,
     pub hq: Buf<f32>,
     pub qr: Buf<f32>,
@@ -39,11 +39,11 @@ pub struct Scratch {
     pub igate: Buf<f32>,
     pub iq: Buf<f32>,
     pub iw: Buf<f32>,
-    pub scores: Buf<f32>,
+    pub scores: Buf<f64>,
     pub sel: Buf<i32>,
     pub rlogits: Buf<f32>,
     pub ridx: Buf<i32>,
-    pub rwts: Buf<f32>,
+    pub rwts: Buf<f64>,
     pub pairs: Buf<i32>,
     pub pair_lists: Buf<i32>,
     pub hmid: Buf<f32>,
@@ -86,11 +86,11 @@ pub struct ScratchDims {
 }
 
 impl ScratchDims {
-    /// Elements of all scratch buffers for `w` tokens.
+    /// 4-byte words of all scratch buffers for `w` tokens (f64 buffers count twice).
     pub fn elements(&self, w: usize) -> usize {
         let per_token = 1
             + self.hc * self.d
-            + (2 + self.hc) * self.hc
+            + 2 * (2 + self.hc) * self.hc
             + 2 * self.d
             + 2 * self.q_lora
             + 2 * self.heads_x_hd
@@ -101,11 +101,12 @@ impl ScratchDims {
             + 2 * self.iw
             + self.idx_heads_x_di
             + self.idx_heads
-            + self.max_entries
+            + 2 * self.max_entries
             + self.topk
             + self.experts
-            + 3 * self.k
             + 2 * self.k
+            + 2 * self.k
+            + self.k
             + 2 * self.k * self.inter
             + self.k * self.d
             + 4 * self.inter
@@ -115,13 +116,14 @@ impl ScratchDims {
 
     pub fn alloc(&self, gpu: &Gpu, w: usize) -> Result<Scratch> {
         let f = |n: usize| gpu.alloc::<f32>(n);
+        let dd = |n: usize| gpu.alloc::<f64>(n);
         let i = |n: usize| gpu.alloc::<i32>(n);
         let pairs: Vec<i32> = (0..(w * self.k) as i32).collect();
         Ok(Scratch {
             width: w,
             tokens: i(w)?,
             x: f(w * self.hc * self.d)?,
-            mix: f(w * (2 + self.hc) * self.hc)?,
+            mix: dd(w * (2 + self.hc) * self.hc)?,
             h: f(w * self.d)?,
             hq: f(w * self.d)?,
             qr: f(w * self.q_lora)?,
@@ -138,11 +140,11 @@ impl ScratchDims {
             igate: f(w * self.iw)?,
             iq: f(w * self.idx_heads_x_di)?,
             iw: f(w * self.idx_heads)?,
-            scores: f(w * self.max_entries)?,
+            scores: dd(w * self.max_entries)?,
             sel: i(w * self.topk)?,
             rlogits: f(w * self.experts)?,
             ridx: i(w * self.k)?,
-            rwts: f(w * self.k)?,
+            rwts: dd(w * self.k)?,
             pairs: gpu.upload(&pairs)?,
             pair_lists: i(w * self.k)?,
             hmid: f(w * self.k * self.inter)?,
