@@ -15,7 +15,7 @@ use trunk::weights::tensor::Bytes;
 use trunk::weights::ExpertArm;
 
 fn c_sum(v: Variant) -> f64 {
-    drift_coeff(Realization::Gpu, v, 4, 64) + drift_coeff(Realization::Cpu, v, 4, 64)
+    drift_coeff(Realization::Gpu, v, 4) + drift_coeff(Realization::Cpu, v, 4)
 }
 
 #[test]

@@ -57,8 +57,7 @@ fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Result<Dsv4Gpu> 
 
 fn c_sum(model: &LoadedModel, variant: Variant) -> f64 {
     let c = model.config();
-    drift_coeff(Realization::Gpu, variant, c.num_hidden_layers, c.hidden_size)
-        + drift_coeff(Realization::Cpu, variant, c.num_hidden_layers, c.hidden_size)
+    drift_coeff(Realization::Gpu, variant, c.num_hidden_layers) + drift_coeff(Realization::Cpu, variant, c.num_hidden_layers)
 }
 
 fn write_json(path: &Path, v: &impl serde::Serialize) -> Result<()> {
