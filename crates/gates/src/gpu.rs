@@ -83,5 +83,10 @@ pub fn compare(cpu: &CpuOracle, gpu: &Dsv4Gpu, tokens: &[u32]) -> Result<Compari
         worst = worst.max(rel(a, b));
         agree += (trunk::generate::argmax(a) == trunk::generate::argmax(b)) as usize;
     }
-    Ok(Comparison { positions: tokens.len(), layers, logits_max_rel: worst, argmax_agreement: agree as f64 / tokens.len() as f64 })
+    Ok(Comparison {
+        positions: tokens.len(),
+        layers,
+        logits_max_rel: worst,
+        argmax_agreement: agree as f64 / tokens.len() as f64,
+    })
 }

@@ -47,7 +47,13 @@ pub struct Disagreement {
 }
 
 /// Classify one position. `bank_ids`/`bank_logits` are the banked top-8.
-pub fn classify(position: usize, bank_ids: &[u32], bank_logits: &[f32], row: &[f32], c_sum: f64) -> (Verdict, Option<Disagreement>) {
+pub fn classify(
+    position: usize,
+    bank_ids: &[u32],
+    bank_logits: &[f32],
+    row: &[f32],
+    c_sum: f64,
+) -> (Verdict, Option<Disagreement>) {
     let banked = bank_ids[0];
     let picked = argmax(row);
     if picked == banked {
@@ -66,7 +72,19 @@ pub fn classify(position: usize, bank_ids: &[u32], bank_logits: &[f32], row: &[f
             (if lower + gpu_gap > band { Verdict::OutOfBand } else { Verdict::Unresolved }, lower)
         }
     };
-    (verdict, Some(Disagreement { position, banked, picked, verdict, cpu_gap, gpu_gap, band, row_top8: top_k(row, BANK_TOP) }))
+    (
+        verdict,
+        Some(Disagreement {
+            position,
+            banked,
+            picked,
+            verdict,
+            cpu_gap,
+            gpu_gap,
+            band,
+            row_top8: top_k(row, BANK_TOP),
+        }),
+    )
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -77,10 +77,7 @@ pub fn snapshot<S: StateStore + ?Sized>(state: &S) -> Result<Snapshot, StateErro
 
 /// Check that `snap` fits `state` (same layout, enough capacity) without
 /// touching it.
-pub fn check_restorable<S: StateStore + ?Sized, B: HostBytes>(
-    snap: &Snapshot<B>,
-    state: &S,
-) -> Result<(), StateError> {
+pub fn check_restorable<S: StateStore + ?Sized, B: HostBytes>(snap: &Snapshot<B>, state: &S) -> Result<(), StateError> {
     if **state.layout() != *snap.layout {
         return Err(StateError::LayoutMismatch {
             expected: state.layout().fingerprint(),

@@ -43,9 +43,7 @@ pub trait StateStore {
 
     /// Bytes of the live rows of all classes.
     fn live_bytes(&self) -> usize {
-        (0..self.layout().classes.len())
-            .map(|i| self.live_rows(i) * self.layout().classes[i].row_bytes())
-            .sum()
+        (0..self.layout().classes.len()).map(|i| self.live_rows(i) * self.layout().classes[i].row_bytes()).sum()
     }
 }
 

@@ -47,17 +47,15 @@ fn tokens_arg(a: &Args, vocab: usize) -> Result<Vec<u32>> {
 }
 
 fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Result<Dsv4Gpu> {
-    let opts = GpuOptions {
-        variant,
-        moe: a.parsed_or("moe", MoeArm::Fused)?,
-        fault: a.parsed::<Fault>("inject-fault")?,
-    };
+    let opts =
+        GpuOptions { variant, moe: a.parsed_or("moe", MoeArm::Fused)?, fault: a.parsed::<Fault>("inject-fault")? };
     Dsv4Gpu::load(model.weights.clone(), &parse_devices(a.get("devices"))?, opts)
 }
 
 fn c_sum(model: &LoadedModel, variant: Variant) -> f64 {
     let c = model.config();
-    drift_coeff(Realization::Gpu, variant, c.num_hidden_layers) + drift_coeff(Realization::Cpu, variant, c.num_hidden_layers)
+    drift_coeff(Realization::Gpu, variant, c.num_hidden_layers)
+        + drift_coeff(Realization::Cpu, variant, c.num_hidden_layers)
 }
 
 fn write_json(path: &Path, v: &impl serde::Serialize) -> Result<()> {
@@ -68,8 +66,17 @@ pub fn gate(argv: &[String]) -> Result<()> {
     let a = Args::parse(
         argv,
         &[
-            "devices", "variant", "experts", "moe", "prefill-chunk", "inject-fault", "tokens", "prompt-len", "seed",
-            "widths", "out",
+            "devices",
+            "variant",
+            "experts",
+            "moe",
+            "prefill-chunk",
+            "inject-fault",
+            "tokens",
+            "prompt-len",
+            "seed",
+            "widths",
+            "out",
         ],
         &[],
     )?;

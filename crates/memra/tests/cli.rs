@@ -4,7 +4,11 @@ use std::process::Command;
 
 fn memra(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_memra")).args(args).output().unwrap();
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -31,7 +35,15 @@ fn bank_and_logits_agree() {
     assert!(ok, "{err}");
     let bank = d.join("bank.json");
     let (ok, _, err) = memra(&[
-        "bank", "--model", model.to_str().unwrap(), "--prompt-len", "24", "--n", "40", "--out", bank.to_str().unwrap(),
+        "bank",
+        "--model",
+        model.to_str().unwrap(),
+        "--prompt-len",
+        "24",
+        "--n",
+        "40",
+        "--out",
+        bank.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
     let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bank).unwrap()).unwrap();
@@ -52,7 +64,13 @@ fn bank_and_logits_agree() {
     std::fs::write(&toks, serde_json::to_vec(&serde_json::json!({ "tokens": seq })).unwrap()).unwrap();
     let out = d.join("logits.f32");
     let (ok, _, err) = memra(&[
-        "logits", "--model", model.to_str().unwrap(), "--tokens", toks.to_str().unwrap(), "--out", out.to_str().unwrap(),
+        "logits",
+        "--model",
+        model.to_str().unwrap(),
+        "--tokens",
+        toks.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
     ]);
     assert!(ok, "{err}");
     let side: serde_json::Value =

@@ -68,10 +68,14 @@ impl Bank {
         }
         for i in 0..n {
             if self.top8_ids[i * BANK_TOP] != self.tokens[i] {
-                bail!("bank: position {i}: top-1 id {} is not the banked token {}", self.top8_ids[i * BANK_TOP], self.tokens[i]);
+                bail!(
+                    "bank: position {i}: top-1 id {} is not the banked token {}",
+                    self.top8_ids[i * BANK_TOP],
+                    self.tokens[i]
+                );
             }
             let l = &self.top8_logits[i * BANK_TOP..(i + 1) * BANK_TOP];
-            if l.windows(2).any(|w| !(w[0] >= w[1])) {
+            if l.windows(2).any(|w| w[0].is_nan() || w[1].is_nan() || w[0] < w[1]) {
                 bail!("bank: position {i}: top-8 logits are not non-increasing: {l:?}");
             }
         }

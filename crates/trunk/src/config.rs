@@ -164,14 +164,14 @@ impl Dsv4Config {
                 self.mlp_layer_types.len()
             );
         }
-        if self.num_attention_heads % self.o_groups != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.o_groups) {
             bail!(
                 "config: `num_attention_heads` ({}) is not divisible by `o_groups` ({})",
                 self.num_attention_heads,
                 self.o_groups
             );
         }
-        if self.rope_dim % 2 != 0 || self.rope_dim == 0 || self.rope_dim > self.head_dim {
+        if !self.rope_dim.is_multiple_of(2) || self.rope_dim == 0 || self.rope_dim > self.head_dim {
             bail!(
                 "config: rotary dims (`qk_rope_head_dim`/`partial_rotary_factor`) = {} must be even, positive and <= `head_dim` ({})",
                 self.rope_dim,
@@ -206,11 +206,11 @@ impl Dsv4Config {
         if has_hca {
             pos("compress_rates.heavily_compressed_attention", self.hca_ratio)?;
         }
-        if !(self.rms_norm_eps > 0.0) {
+        if self.rms_norm_eps.is_nan() || self.rms_norm_eps <= 0.0 {
             bail!("config: `rms_norm_eps` must be positive");
         }
         if let Some(y) = &self.yarn {
-            if !(y.factor > 0.0) || y.original_max_position_embeddings == 0 {
+            if y.factor.is_nan() || y.factor <= 0.0 || y.original_max_position_embeddings == 0 {
                 bail!("config: YaRN `factor` and `original_max_position_embeddings` must be positive");
             }
         }
@@ -243,10 +243,7 @@ impl Dsv4Config {
         let mut m = self.common_json();
         m.insert("architectures".into(), Value::from(vec!["DeepseekV4ForCausalLM"]));
         m.insert("model_type".into(), "deepseek_v4".into());
-        m.insert(
-            "layer_types".into(),
-            Value::from(self.layer_types.iter().map(|k| k.hf_name()).collect::<Vec<_>>()),
-        );
+        m.insert("layer_types".into(), Value::from(self.layer_types.iter().map(|k| k.hf_name()).collect::<Vec<_>>()));
         m.insert(
             "mlp_layer_types".into(),
             Value::from(
@@ -554,7 +551,9 @@ fn parse_hf(m: &Map<String, Value>) -> Result<Dsv4Config> {
                     beta_slow: get_f64(y, "beta_slow")?.filter(|x| *x != 0.0).unwrap_or(1.0),
                 }),
                 "default" => None,
-                other => bail!("config: rope type `{other}` is not supported for DeepSeek-V4 (expected yarn or default)"),
+                other => {
+                    bail!("config: rope type `{other}` is not supported for DeepSeek-V4 (expected yarn or default)")
+                }
             }
         }
         None => None,

@@ -119,19 +119,6 @@ pub fn random_prompt(n: usize, seed: u64, lo: u32, hi: u32) -> Vec<u32> {
     (0..n).map(|_| lo + r.below((hi - lo) as u64) as u32).collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn argmax_and_top_k_break_ties_low() {
-        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
-        assert_eq!(argmax(&[f32::NAN, 1.0]), 1);
-        let t = top_k(&[1.0, 3.0, 3.0, 2.0, -1.0], 3);
-        assert_eq!(t, vec![(1, 3.0), (2, 3.0), (3, 2.0)]);
-    }
-}
-
 /// Greedy decoding on the GPU: chunked prefill, then `decode_step_greedy`
 /// (the argmax is taken on the device; 4 bytes come back per token).
 pub fn greedy_gpu(gpu: &crate::gpu::Dsv4Gpu, prompt: &[u32], max_new: usize, stop: Option<u32>) -> Result<Generation> {
@@ -154,4 +141,17 @@ pub fn greedy_gpu(gpu: &crate::gpu::Dsv4Gpu, prompt: &[u32], max_new: usize, sto
         next = gpu.decode_step_greedy(&mut st, next)?;
     }
     Ok(Generation { prompt_tokens: prompt.len(), tokens, prefill_seconds, decode_seconds: t.elapsed().as_secs_f64() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argmax_and_top_k_break_ties_low() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(argmax(&[f32::NAN, 1.0]), 1);
+        let t = top_k(&[1.0, 3.0, 3.0, 2.0, -1.0], 3);
+        assert_eq!(t, vec![(1, 3.0), (2, 3.0), (3, 2.0)]);
+    }
 }

@@ -9,7 +9,7 @@ pub mod synth;
 pub mod weights;
 
 pub use config::Dsv4Config;
-pub mod model;
-pub mod tokenizer;
 pub mod bank;
 pub mod generate;
+pub mod model;
+pub mod tokenizer;

@@ -48,26 +48,42 @@ impl Dsv4StateLayout {
                 classes.len() - 1
             };
             let kv = push(format!("layer{l:02}.kv"), hd, CapacityRule::Ring { rows: cfg.sliding_window + slack });
-            let mut lc = LayerClasses { kv, comp_pending: None, comp_entries: None, idx_pending: None, idx_entries: None };
+            let mut lc =
+                LayerClasses { kv, comp_pending: None, comp_entries: None, idx_pending: None, idx_entries: None };
             match cfg.layer_types[l] {
                 AttnKind::Window => {}
                 AttnKind::Csa => {
                     let r = cfg.csa_ratio;
-                    lc.comp_pending =
-                        Some(push(format!("layer{l:02}.comp.pending"), 4 * hd, CapacityRule::Ring { rows: 2 * r + slack }));
-                    lc.comp_entries =
-                        Some(push(format!("layer{l:02}.comp.entries"), hd, CapacityRule::Grows { positions_per_row: r }));
-                    lc.idx_pending =
-                        Some(push(format!("layer{l:02}.idx.pending"), 4 * di, CapacityRule::Ring { rows: 2 * r + slack }));
-                    lc.idx_entries =
-                        Some(push(format!("layer{l:02}.idx.entries"), di, CapacityRule::Grows { positions_per_row: r }));
+                    lc.comp_pending = Some(push(
+                        format!("layer{l:02}.comp.pending"),
+                        4 * hd,
+                        CapacityRule::Ring { rows: 2 * r + slack },
+                    ));
+                    lc.comp_entries = Some(push(
+                        format!("layer{l:02}.comp.entries"),
+                        hd,
+                        CapacityRule::Grows { positions_per_row: r },
+                    ));
+                    lc.idx_pending = Some(push(
+                        format!("layer{l:02}.idx.pending"),
+                        4 * di,
+                        CapacityRule::Ring { rows: 2 * r + slack },
+                    ));
+                    lc.idx_entries = Some(push(
+                        format!("layer{l:02}.idx.entries"),
+                        di,
+                        CapacityRule::Grows { positions_per_row: r },
+                    ));
                 }
                 AttnKind::Hca => {
                     let r = cfg.hca_ratio;
                     lc.comp_pending =
                         Some(push(format!("layer{l:02}.comp.pending"), 2 * hd, CapacityRule::Ring { rows: r + slack }));
-                    lc.comp_entries =
-                        Some(push(format!("layer{l:02}.comp.entries"), hd, CapacityRule::Grows { positions_per_row: r }));
+                    lc.comp_entries = Some(push(
+                        format!("layer{l:02}.comp.entries"),
+                        hd,
+                        CapacityRule::Grows { positions_per_row: r },
+                    ));
                 }
             }
             layers.push(lc);

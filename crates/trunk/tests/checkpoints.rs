@@ -36,7 +36,7 @@ fn edit_header(file: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde
     let mut h: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
     edit(h.as_object_mut().unwrap());
     let mut hb = serde_json::to_vec(&h).unwrap();
-    while hb.len() % 8 != 0 {
+    while !hb.len().is_multiple_of(8) {
         hb.push(b' ');
     }
     let mut out = (hb.len() as u64).to_le_bytes().to_vec();
@@ -201,7 +201,12 @@ fn config_that_does_not_match_the_weights() {
     edit(
         &d,
         "layer_types",
-        serde_json::json!(["sliding_attention", "sliding_attention", "heavily_compressed_attention", "compressed_sparse_attention"]),
+        serde_json::json!([
+            "sliding_attention",
+            "sliding_attention",
+            "heavily_compressed_attention",
+            "compressed_sparse_attention"
+        ]),
     );
     let e = err_of(&d);
     assert!(e.contains("layer 1") && e.contains("compressor"), "{e}");
@@ -217,7 +222,8 @@ fn config_that_does_not_match_the_weights() {
     let mut c: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(cfg_path(&d)).unwrap()).unwrap();
     c["num_hidden_layers"] = 3.into();
     c["compress_ratios"] = serde_json::json!([0, 4, 16]);
-    c["layer_types"] = serde_json::json!(["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]);
+    c["layer_types"] =
+        serde_json::json!(["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]);
     std::fs::write(cfg_path(&d), serde_json::to_vec(&c).unwrap()).unwrap();
     let e = err_of(&d);
     assert!(e.contains("more layers"), "{e}");

@@ -89,7 +89,6 @@ impl CpuOracle {
         which: Logits,
         mut stats: Option<&mut Vec<LayerStat>>,
     ) -> Result<Vec<f32>> {
-
         let w = &*self.weights;
         let cfg = &w.config;
         let (d, hc) = (cfg.hidden_size, cfg.hc_mult);
@@ -197,7 +196,8 @@ impl CpuOracle {
             state.push_row_f32(pending, &raw)?;
             if (p + 1) % ratio == 0 {
                 let wi = p / ratio;
-                let cur: Vec<&[f32]> = (wi * ratio..(wi + 1) * ratio).map(|s| state.row_f32(pending, s as u64)).collect();
+                let cur: Vec<&[f32]> =
+                    (wi * ratio..(wi + 1) * ratio).map(|s| state.row_f32(pending, s as u64)).collect();
                 let prev: Vec<&[f32]> = if overlap && wi > 0 {
                     ((wi - 1) * ratio..wi * ratio).map(|s| state.row_f32(pending, s as u64)).collect()
                 } else {
@@ -318,8 +318,9 @@ impl CpuOracle {
         let gin = nh * hd / g;
         let mut oa = vec![0.0f32; n * g * cfg.o_lora_rank];
         for gi in 0..g {
-            let xs: Vec<f32> =
-                (0..n).flat_map(|i| out[i * nh * hd + gi * gin..i * nh * hd + (gi + 1) * gin].iter().copied()).collect();
+            let xs: Vec<f32> = (0..n)
+                .flat_map(|i| out[i * nh * hd + gi * gin..i * nh * hd + (gi + 1) * gin].iter().copied())
+                .collect();
             let y = linear_rows(&xs, n, &aw.wo_a, gi * cfg.o_lora_rank, cfg.o_lora_rank);
             for i in 0..n {
                 oa[(i * g + gi) * cfg.o_lora_rank..(i * g + gi + 1) * cfg.o_lora_rank]

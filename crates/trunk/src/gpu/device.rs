@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, ValidAsZeroBits,
+};
 
 use super::nvrtc;
 
@@ -82,10 +84,9 @@ impl Gpu {
     }
 
     pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<Buf<T>> {
-        let slice = self
-            .stream
-            .alloc_zeros::<T>(len.max(1))
-            .map_err(|e| anyhow!("allocating {} bytes on device {}: {e}", len * std::mem::size_of::<T>(), self.ordinal))?;
+        let slice = self.stream.alloc_zeros::<T>(len.max(1)).map_err(|e| {
+            anyhow!("allocating {} bytes on device {}: {e}", len * std::mem::size_of::<T>(), self.ordinal)
+        })?;
         let ptr = {
             let (p, _sync) = slice.device_ptr(&self.stream);
             p
@@ -146,12 +147,14 @@ impl Gpu {
 #[macro_export]
 macro_rules! launch {
     ($gpu:expr, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
-        let f = $gpu.func($name)?;
+        let name: &str = $name;
+        let cfg: cudarc::driver::LaunchConfig = $cfg;
+        let f = $gpu.func(name)?;
         let mut b = $gpu.stream.launch_builder(f);
         $( let a = $arg; cudarc::driver::PushKernelArg::arg(&mut b, &a); )*
         // SAFETY: argument types and counts follow the kernel signatures in
         // kernels/*.cu; every address points into a live buffer of the size
         // the kernel indexes.
-        unsafe { b.launch($cfg) }.map_err(|e| anyhow::anyhow!("launching `{}`: {e}", $name))?;
+        unsafe { b.launch(cfg) }.map_err(|e| anyhow::anyhow!("launching `{name}`: {e}"))?;
     }};
 }

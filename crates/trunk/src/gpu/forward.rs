@@ -136,7 +136,12 @@ impl Dsv4Gpu {
             let g = gpus.iter().find(|g| g.ordinal == d).unwrap();
             let (free, total) = g.mem_info()?;
             if need + (256 << 20) > free {
-                problems.push(format!("device {d}: weights need {:.2} GiB, {:.2} GiB free of {:.2} GiB", gb(need), gb(free), gb(total)));
+                problems.push(format!(
+                    "device {d}: weights need {:.2} GiB, {:.2} GiB free of {:.2} GiB",
+                    gb(need),
+                    gb(free),
+                    gb(total)
+                ));
             }
         }
         if !problems.is_empty() {
@@ -155,7 +160,11 @@ impl Dsv4Gpu {
                 head: if last { Some(DevMat::upload(&g, &weights.head)?) } else { None },
                 norm: if last { Some(g.upload(&weights.norm)?) } else { None },
                 hc_head: if last {
-                    Some(DevHc { fn_: g.upload(&weights.hc_head.fn_)?, base: g.upload(&weights.hc_head.base)?, scale: g.upload(&weights.hc_head.scale)? })
+                    Some(DevHc {
+                        fn_: g.upload(&weights.hc_head.fn_)?,
+                        base: g.upload(&weights.hc_head.base)?,
+                        scale: g.upload(&weights.hc_head.scale)?,
+                    })
                 } else {
                     None
                 },
@@ -184,7 +193,14 @@ impl Dsv4Gpu {
             .iter()
             .map(|s| {
                 let (free, total) = s.gpu.mem_info()?;
-                Ok(VramLine { device: s.gpu.ordinal, name: s.gpu.name(), layers: s.layers.clone(), weights: s.weight_bytes, free, total })
+                Ok(VramLine {
+                    device: s.gpu.ordinal,
+                    name: s.gpu.name(),
+                    layers: s.layers.clone(),
+                    weights: s.weight_bytes,
+                    free,
+                    total,
+                })
             })
             .collect()
     }
@@ -241,7 +257,12 @@ impl Dsv4Gpu {
             let g = &self.stages.iter().find(|s| s.gpu.ordinal == d).unwrap().gpu;
             let (free, total) = g.mem_info()?;
             if b + (64 << 20) > free {
-                problems.push(format!("device {d}: state + scratch need {:.2} GiB, {:.2} GiB free of {:.2} GiB", gb(b), gb(free), gb(total)));
+                problems.push(format!(
+                    "device {d}: state + scratch need {:.2} GiB, {:.2} GiB free of {:.2} GiB",
+                    gb(b),
+                    gb(free),
+                    gb(total)
+                ));
             }
         }
         if !problems.is_empty() {
@@ -251,7 +272,12 @@ impl Dsv4Gpu {
         for (ci, spec) in layout.classes.iter().enumerate() {
             let stage = self.class_stage(ci);
             let rows = spec.rule.rows_for(capacity);
-            classes.push(DevClass { stage, rows, written: 0, buf: self.stages[stage].gpu.alloc::<f32>(rows * spec.row_width)? });
+            classes.push(DevClass {
+                stage,
+                rows,
+                written: 0,
+                buf: self.stages[stage].gpu.alloc::<f32>(rows * spec.row_width)?,
+            });
         }
         let scratch = self.stages.iter().map(|s| dims.alloc(&s.gpu, chunk_width)).collect::<Result<Vec<_>>>()?;
         for s in &self.stages {
@@ -285,7 +311,13 @@ impl Dsv4Gpu {
     }
 
     /// Prefill in chunks of `width` tokens; logits as `which` asks, over all tokens.
-    pub fn prefill_with_cache_chunked(&self, st: &mut GpuState, tokens: &[u32], width: usize, which: Logits) -> Result<Vec<f32>> {
+    pub fn prefill_with_cache_chunked(
+        &self,
+        st: &mut GpuState,
+        tokens: &[u32],
+        width: usize,
+        which: Logits,
+    ) -> Result<Vec<f32>> {
         if width == 0 {
             bail!("chunk width must be positive");
         }
@@ -324,7 +356,12 @@ impl Dsv4Gpu {
 
     /// `forward` that also returns the residual streams after every layer
     /// (`[n, hc, d]` each), for locating a divergence from the CPU oracle.
-    pub fn forward_capture(&self, st: &mut GpuState, tokens: &[u32], which: Logits) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+    pub fn forward_capture(
+        &self,
+        st: &mut GpuState,
+        tokens: &[u32],
+        which: Logits,
+    ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
         let mut res = Vec::new();
         let l = self.run(st, tokens, which, false, Some(&mut res))?.0;
         Ok((l, res))
@@ -370,9 +407,18 @@ impl Dsv4Gpu {
                 g.write(&mut st.scratch[si].tokens, &toks)?;
                 // SAFETY: both buffers hold at least `bytes`; ordered after the previous stage by the event.
                 unsafe {
-                    cudarc::driver::result::memcpy_peer_async(g.ctx.cu_ctx(), dst, prev.ctx.cu_ctx(), src, bytes, g.stream.cu_stream())
+                    cudarc::driver::result::memcpy_peer_async(
+                        g.ctx.cu_ctx(),
+                        dst,
+                        prev.ctx.cu_ctx(),
+                        src,
+                        bytes,
+                        g.stream.cu_stream(),
+                    )
                 }
-                .map_err(|e| anyhow::anyhow!("copying activations from device {} to {}: {e}", prev.ordinal, g.ordinal))?;
+                .map_err(|e| {
+                    anyhow::anyhow!("copying activations from device {} to {}: {e}", prev.ordinal, g.ordinal)
+                })?;
             }
             for (k, l) in stage.layers.clone().enumerate() {
                 self.layer(st, si, l, &stage.dev[k], n, t0)?;
@@ -388,8 +434,8 @@ impl Dsv4Gpu {
             for c in [lc.comp_pending, lc.idx_pending].into_iter().flatten() {
                 st.classes[c].written += n as u64;
             }
-            if ratio > 0 {
-                let closed = ((t0 + n) / ratio - t0 / ratio) as u64;
+            if let (Some(end), Some(start)) = ((t0 + n).checked_div(ratio), t0.checked_div(ratio)) {
+                let closed = (end - start) as u64;
                 for c in [lc.comp_entries, lc.idx_entries].into_iter().flatten() {
                     st.classes[c].written += closed;
                 }
@@ -413,7 +459,18 @@ impl Dsv4Gpu {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn linear(&self, g: &Gpu, w: &DevMat, x: u64, x_stride: usize, y: u64, y_stride: usize, n: usize, row0: usize, nrows: usize) -> Result<()> {
+    pub(super) fn linear(
+        &self,
+        g: &Gpu,
+        w: &DevMat,
+        x: u64,
+        x_stride: usize,
+        y: u64,
+        y_stride: usize,
+        n: usize,
+        row0: usize,
+        nrows: usize,
+    ) -> Result<()> {
         launch!(g, "linear_f32", Gpu::cfg((nrows.div_ceil(4) as u32, n.div_ceil(8) as u32, 1), 128, 0);
             w.arg, x, x_stride as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
         Ok(())

@@ -12,7 +12,15 @@ use crate::cpu::{Logits, Variant};
 use crate::launch;
 
 impl Dsv4Gpu {
-    pub(super) fn attention(&self, st: &mut GpuState, si: usize, l: usize, dl: &DevLayer, n: usize, t0: usize) -> Result<()> {
+    pub(super) fn attention(
+        &self,
+        st: &mut GpuState,
+        si: usize,
+        l: usize,
+        dl: &DevLayer,
+        n: usize,
+        t0: usize,
+    ) -> Result<()> {
         let c = &self.config;
         let stage = &self.stages[si];
         let g: &Gpu = &stage.gpu;
@@ -43,7 +51,8 @@ impl Dsv4Gpu {
             launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
         }
 
-        let (mut mode, mut entries, mut sel, mut topk, mut ratio, mut max_ent) = (0i32, 0u64, 0u64, 0i32, 1usize, 0usize);
+        let (mut mode, mut entries, mut sel, mut topk, mut ratio, mut max_ent) =
+            (0i32, 0u64, 0u64, 0i32, 1usize, 0usize);
         let pool_block = |w: usize| (w.max(32).div_ceil(32) * 32) as u32;
         if let (Some(cw), Some(pend), Some(ent)) = (&dl.compressor, lc.comp_pending, lc.comp_entries) {
             ratio = c.compress_ratio(l);
@@ -187,7 +196,13 @@ impl Dsv4Gpu {
     }
 
     /// Logits (or their argmax) of the rows `which` selects.
-    pub(super) fn head(&self, st: &mut GpuState, n: usize, which: Logits, greedy: bool) -> Result<(Vec<f32>, Vec<i32>)> {
+    pub(super) fn head(
+        &self,
+        st: &mut GpuState,
+        n: usize,
+        which: Logits,
+        greedy: bool,
+    ) -> Result<(Vec<f32>, Vec<i32>)> {
         let c = &self.config;
         let si = st.scratch.len() - 1;
         let stage = &self.stages[si];

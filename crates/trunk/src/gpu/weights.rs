@@ -62,7 +62,9 @@ impl DevMat {
                 }
                 (packed, Some(sc), FMT_FP4)
             }
-            MatFormat::F16 | MatFormat::Q8_0 => (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None, FMT_F32),
+            MatFormat::F16 | MatFormat::Q8_0 => {
+                (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None, FMT_F32)
+            }
         };
         let data = gpu.upload(&bytes)?;
         let scales = match scales {
@@ -119,7 +121,11 @@ pub struct DevExpert {
 
 impl DevExpert {
     fn upload(gpu: &Gpu, e: &ExpertWeights) -> Result<DevExpert> {
-        Ok(DevExpert { w1: DevMat::upload(gpu, &e.w1)?, w2: DevMat::upload(gpu, &e.w2)?, w3: DevMat::upload(gpu, &e.w3)? })
+        Ok(DevExpert {
+            w1: DevMat::upload(gpu, &e.w1)?,
+            w2: DevMat::upload(gpu, &e.w2)?,
+            w3: DevMat::upload(gpu, &e.w3)?,
+        })
     }
 }
 

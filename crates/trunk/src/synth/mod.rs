@@ -150,7 +150,7 @@ impl Synth {
 
     /// Rows `[r0, r0+n)` of a normal matrix, drawn in 128-row chunks.
     fn normal_rows(&self, name: &str, cols: usize, r0: usize, n: usize, mean: f32, std: f32) -> Vec<f32> {
-        debug_assert!(r0 % 128 == 0);
+        debug_assert!(r0.is_multiple_of(128));
         let mut out = vec![0.0f32; n * cols];
         out.par_chunks_mut(128 * cols).enumerate().for_each(|(i, chunk)| {
             let mut rng = Rng::new(self.seed, name, (r0 / 128 + i) as u64);
@@ -254,7 +254,8 @@ impl Synth {
                 let mut out = vec![0.0f32; rows * cols];
                 for r in 0..*rows {
                     for c in 0..*cols {
-                        out[r * cols + c] = e4m3_to_f32(d.codes[r * cols + c]) * e8m0_to_f32(d.scales[(r / 128) * gc + c / 128]);
+                        out[r * cols + c] =
+                            e4m3_to_f32(d.codes[r * cols + c]) * e8m0_to_f32(d.scales[(r / 128) * gc + c / 128]);
                     }
                 }
                 out

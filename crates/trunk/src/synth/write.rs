@@ -95,7 +95,9 @@ impl Synth {
                 (Kind::Tid2eid { vocab, k, .. }, CheckpointLayout::Gguf) => {
                     push(name, DType::I32, vec![*vocab, *k], Source::Ids(i, DType::I32))
                 }
-                (Kind::Tid2eid { vocab, k, .. }, _) => push(name, DType::I64, vec![*vocab, *k], Source::Ids(i, DType::I64)),
+                (Kind::Tid2eid { vocab, k, .. }, _) => {
+                    push(name, DType::I64, vec![*vocab, *k], Source::Ids(i, DType::I64))
+                }
             }
             // stacked experts go right after the layer's shared expert
             if s.canonical.ends_with("ffn.shared_experts.w3") && layout != CheckpointLayout::Official {
@@ -125,12 +127,15 @@ impl Synth {
     }
 }
 
+/// A spec index with its quantized data and scale bytes.
+type LastQuant = (usize, Vec<u8>, Vec<u8>);
+
 /// Produces planned tensors' bytes, remembering the last quantized spec so a
 /// weight and its scale are drawn once.
 struct Producer<'a> {
     synth: &'a Synth,
     specs: Vec<Spec>,
-    last: RefCell<Option<(usize, Vec<u8>, Vec<u8>)>>,
+    last: RefCell<Option<LastQuant>>,
 }
 
 impl<'a> Producer<'a> {
@@ -202,7 +207,7 @@ impl<'a> Producer<'a> {
                             out.push(d.scales[r * nb + b]);
                             // official pairs (2k, 2k+1) per byte -> ggml halves (k, k+16)
                             let src = &d.packed[(r * cols + b * 32) / 2..(r * cols + b * 32) / 2 + 16];
-                            let nib = |j: usize| if j % 2 == 0 { src[j / 2] & 0xF } else { src[j / 2] >> 4 };
+                            let nib = |j: usize| if j.is_multiple_of(2) { src[j / 2] & 0xF } else { src[j / 2] >> 4 };
                             for k in 0..16 {
                                 out.push(nib(k) | (nib(k + 16) << 4));
                             }
@@ -244,7 +249,14 @@ pub fn write_model(s: &Synth, out: &Path, opts: &WriteOptions, progress: &mut dy
         _ => {
             let mut meta = BTreeMap::new();
             meta.insert("format".to_string(), "pt".to_string());
-            write_checkpoint(out, &plan.plans, opts.shard_bytes, &meta, |p| Ok(prod.produce(&plan.sources[by_name[&p.name]])), &mut tick)?;
+            write_checkpoint(
+                out,
+                &plan.plans,
+                opts.shard_bytes,
+                &meta,
+                |p| Ok(prod.produce(&plan.sources[by_name[&p.name]])),
+                &mut tick,
+            )?;
             let cfg = match opts.layout {
                 CheckpointLayout::Hf => s.config.to_hf_json(),
                 _ => s.config.to_official_json(),

@@ -61,9 +61,8 @@ pub static E4M3_TABLE: [f32; 256] = build_e4m3_table();
 pub const E2M1_MAGNITUDES: [f32; 8] = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0];
 
 /// Every E2M1 code's value (bit 3 is the sign).
-pub const E2M1_TABLE: [f32; 16] = [
-    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
-];
+pub const E2M1_TABLE: [f32; 16] =
+    [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0];
 
 #[inline]
 pub fn e4m3_to_f32(code: u8) -> f32 {
@@ -114,7 +113,7 @@ fn round_to_grid(mag: f32, grid: &[f32]) -> usize {
         lo - 1
     } else if d_above < d_below {
         lo
-    } else if (lo - 1) % 2 == 0 {
+    } else if (lo - 1).is_multiple_of(2) {
         lo - 1
     } else {
         lo

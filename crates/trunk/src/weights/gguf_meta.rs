@@ -40,10 +40,7 @@ pub fn config_to_gguf(cfg: &Dsv4Config, name: &str) -> Vec<(String, GgufValue)> 
         (key("attention.indexer.head_count"), U32(cfg.index_n_heads as u32)),
         (key("attention.indexer.key_length"), U32(cfg.index_head_dim as u32)),
         (key("attention.indexer.top_k"), U32(cfg.index_topk as u32)),
-        (
-            key("attention.compress_ratios"),
-            Array((0..n).map(|l| I32(cfg.compress_ratio(l) as i32)).collect()),
-        ),
+        (key("attention.compress_ratios"), Array((0..n).map(|l| I32(cfg.compress_ratio(l) as i32)).collect())),
         (key("attention.compress_rope_freq_base"), F32(cfg.compress_rope_theta as f32)),
         (key("rope.dimension_count"), U32(cfg.rope_dim as u32)),
         (key("rope.freq_base"), F32(cfg.rope_theta as f32)),
@@ -116,7 +113,11 @@ pub fn config_from_gguf(md: &BTreeMap<String, GgufValue>, origin: &str) -> Resul
         .and_then(|v| v.as_array())
         .with_context(|| format!("{origin}: missing array `{}`", key("attention.compress_ratios")))?;
     if ratios.len() < n {
-        bail!("{origin}: `{}` has {} entries, fewer than block_count {n}", key("attention.compress_ratios"), ratios.len());
+        bail!(
+            "{origin}: `{}` has {} entries, fewer than block_count {n}",
+            key("attention.compress_ratios"),
+            ratios.len()
+        );
     }
     let layer_types = ratios[..n]
         .iter()

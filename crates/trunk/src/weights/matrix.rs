@@ -16,10 +16,15 @@ pub enum MatFormat {
     F16,
     /// FP8 E4M3 with one f32 scale per `block x block` tile, scale grid
     /// `[ceil(rows/block), ceil(cols/block)]` row-major.
-    Fp8 { scales: Arc<Vec<f32>>, block: usize },
+    Fp8 {
+        scales: Arc<Vec<f32>>,
+        block: usize,
+    },
     /// FP4 E2M1 packed two per byte along a row (low nibble = even column),
     /// one E8M0 scale per 32 columns: `scales[row * cols/32 + col/32]`.
-    Fp4 { scales: Bytes },
+    Fp4 {
+        scales: Bytes,
+    },
     /// ggml MXFP4 blocks (E8M0 byte + 16 bytes; low nibbles hold the first 16).
     Mxfp4,
     /// ggml Q8_0 blocks (f16 scale + 32 int8).
@@ -165,7 +170,10 @@ impl Matrix {
         let rb = self.row_bytes();
         let format = match &self.format {
             MatFormat::Fp8 { scales, block } => {
-                assert!(start % block == 0 && (n % block == 0 || start + n == self.rows), "FP8 row split off a block");
+                assert!(
+                    start.is_multiple_of(*block) && (n.is_multiple_of(*block) || start + n == self.rows),
+                    "FP8 row split off a block"
+                );
                 let gc = self.cols.div_ceil(*block);
                 let s = scales[(start / block) * gc..((start + n).div_ceil(*block)) * gc].to_vec();
                 MatFormat::Fp8 { scales: Arc::new(s), block: *block }

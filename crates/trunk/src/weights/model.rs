@@ -123,7 +123,9 @@ impl<'a> Loader<'a> {
         Ok(match self.layout {
             CheckpointLayout::Official => names::official_name(canonical),
             CheckpointLayout::TransformersSaved => names::saved_name(canonical),
-            CheckpointLayout::Hf => names::hf_name(canonical).with_context(|| format!("no HF name for `{canonical}`"))?,
+            CheckpointLayout::Hf => {
+                names::hf_name(canonical).with_context(|| format!("no HF name for `{canonical}`"))?
+            }
             CheckpointLayout::Gguf => {
                 names::gguf_name(canonical).with_context(|| format!("no GGUF name for `{canonical}`"))?
             }
@@ -184,7 +186,7 @@ impl<'a> Loader<'a> {
             }
             DType::I8 | DType::U8 => {
                 // packed FP4 E2M1, two per byte along the row
-                if cols % 32 != 0 || t.shape != [rows, cols / 2] {
+                if !cols.is_multiple_of(32) || t.shape != [rows, cols / 2] {
                     bail!("{}: packed FP4 shape {:?}, expected [{rows}, {}]", ctx(), t.shape, cols / 2);
                 }
                 let s = scale.with_context(|| format!("{}: FP4 weight without a `.scale` tensor", ctx()))?;
@@ -216,7 +218,14 @@ impl<'a> Loader<'a> {
         })
     }
 
-    fn compressor(&self, prefix: &str, cfg: &Dsv4Config, ratio: usize, width: usize, hd: usize) -> Result<CompressorWeights> {
+    fn compressor(
+        &self,
+        prefix: &str,
+        cfg: &Dsv4Config,
+        ratio: usize,
+        width: usize,
+        hd: usize,
+    ) -> Result<CompressorWeights> {
         Ok(CompressorWeights {
             ape: self.floats(&format!("{prefix}.ape"), &[ratio, width])?,
             wkv: self.matrix(&format!("{prefix}.wkv"), width, cfg.hidden_size)?,
@@ -297,7 +306,13 @@ impl<'a> Loader<'a> {
                 Some(IndexerWeights {
                     wq_b: self.matrix(&format!("{p}.attn.indexer.wq_b"), hi * di, cfg.q_lora_rank)?,
                     weights_proj: self.matrix(&format!("{p}.attn.indexer.weights_proj"), hi, d)?,
-                    compressor: self.compressor(&format!("{p}.attn.indexer.compressor"), cfg, cfg.csa_ratio, 2 * di, di)?,
+                    compressor: self.compressor(
+                        &format!("{p}.attn.indexer.compressor"),
+                        cfg,
+                        cfg.csa_ratio,
+                        2 * di,
+                        di,
+                    )?,
                 })
             }
             _ => None,
@@ -423,16 +438,7 @@ impl Dsv4Weights {
                 config.num_hidden_layers
             );
         }
-        Ok(Dsv4Weights {
-            config: config.clone(),
-            embed,
-            head,
-            norm,
-            hc_head,
-            layers,
-            layout,
-            expert_arm: arm,
-        })
+        Ok(Dsv4Weights { config: config.clone(), embed, head, norm, hc_head, layers, layout, expert_arm: arm })
     }
 
     /// Bytes of all weights as held (after the expert arm's conversion).

@@ -38,10 +38,10 @@ impl SafetensorsDir {
             vec![path.to_path_buf()]
         } else if path.join("model.safetensors.index.json").exists() {
             let index_path = path.join("model.safetensors.index.json");
-            let text = std::fs::read_to_string(&index_path)
-                .with_context(|| format!("reading {}", index_path.display()))?;
-            let v: Value = serde_json::from_str(&text)
-                .with_context(|| format!("{}: not valid JSON", index_path.display()))?;
+            let text =
+                std::fs::read_to_string(&index_path).with_context(|| format!("reading {}", index_path.display()))?;
+            let v: Value =
+                serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", index_path.display()))?;
             let map = v
                 .get("weight_map")
                 .and_then(|m| m.as_object())
@@ -81,11 +81,7 @@ impl SafetensorsDir {
         }
         let hlen = u64::from_le_bytes(map[..8].try_into().unwrap()) as usize;
         if hlen > total - 8 {
-            bail!(
-                "{}: truncated safetensors file: header claims {hlen} bytes, file has {}",
-                path.display(),
-                total - 8
-            );
+            bail!("{}: truncated safetensors file: header claims {hlen} bytes, file has {}", path.display(), total - 8);
         }
         let header: Value = serde_json::from_slice(&map[8..8 + hlen])
             .with_context(|| format!("{}: safetensors header is not valid JSON", path.display()))?;
@@ -125,10 +121,7 @@ impl SafetensorsDir {
                 );
             }
             if end > data_len {
-                bail!(
-                    "{}: truncated file: tensor ends at byte {end} of the data section, which has {data_len}",
-                    ctx()
-                );
+                bail!("{}: truncated file: tensor ends at byte {end} of the data section, which has {data_len}", ctx());
             }
             if self.entries.contains_key(name) {
                 bail!("{}: tensor also present in another shard", ctx());
@@ -220,8 +213,11 @@ pub fn write_checkpoint(
     let mut weight_map = Map::new();
     let mut total = 0usize;
     for (i, shard) in shards.iter().enumerate() {
-        let fname =
-            if n == 1 { "model.safetensors".to_string() } else { format!("model-{:05}-of-{:05}.safetensors", i + 1, n) };
+        let fname = if n == 1 {
+            "model.safetensors".to_string()
+        } else {
+            format!("model-{:05}-of-{:05}.safetensors", i + 1, n)
+        };
         let path = dir.join(&fname);
         let mut header = Map::new();
         if !metadata.is_empty() {

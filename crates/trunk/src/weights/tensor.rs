@@ -46,7 +46,7 @@ impl DType {
         Ok(match self {
             DType::Mxfp4 | DType::Q8_0 => {
                 let inner = *shape.last().unwrap_or(&1);
-                if inner % 32 != 0 {
+                if !inner.is_multiple_of(32) {
                     bail!("{self:?} needs an innermost dimension divisible by 32, got {inner}");
                 }
                 n / 32 * if self == DType::Mxfp4 { 17 } else { 34 }
@@ -149,10 +149,7 @@ impl RawTensor {
             DType::F32 => d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
             DType::BF16 => d.chunks_exact(2).map(|c| bf16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
             DType::F16 => d.chunks_exact(2).map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]]))).collect(),
-            DType::F64 => d
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32)
-                .collect(),
+            DType::F64 => d.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap()) as f32).collect(),
             other => bail!("dtype {other:?} is not a plain float type"),
         })
     }

@@ -7,6 +7,7 @@
 //! - HCA: the window's `ratio` rows;
 //! - CSA: the previous window's first-half rows (series a) and this window's
 //!   second-half rows (series b), `2 * ratio` slots; window 0 has no previous.
+//!
 //! The pooled row is RMS-normalized with weight, then rotated at position
 //! `w * ratio`.
 

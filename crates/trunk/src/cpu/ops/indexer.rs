@@ -10,9 +10,7 @@ pub fn scores(q: &[f32], w: &[f32], keys: &[&[f32]], di: usize) -> Vec<f64> {
     let n_heads = w.len();
     let sm = 1.0 / (di as f64).sqrt();
     keys.iter()
-        .map(|k| {
-            (0..n_heads).map(|h| dot(&q[h * di..(h + 1) * di], k).max(0.0) * sm * w[h] as f64).sum::<f64>()
-        })
+        .map(|k| (0..n_heads).map(|h| dot(&q[h * di..(h + 1) * di], k).max(0.0) * sm * w[h] as f64).sum::<f64>())
         .collect()
 }
 

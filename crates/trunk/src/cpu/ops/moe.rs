@@ -68,7 +68,14 @@ pub fn route(cfg: &Dsv4Config, w: &MoeWeights, logits: &[f32], token: u32) -> Ro
 }
 
 /// One expert on `n` rows of `x` with per-row routing weights; returns `[n, D]`.
-pub fn expert_forward(e: &ExpertWeights, x: &[f32], n: usize, weights: &[f64], limit: f32, variant: Variant) -> Vec<f32> {
+pub fn expert_forward(
+    e: &ExpertWeights,
+    x: &[f32],
+    n: usize,
+    weights: &[f64],
+    limit: f32,
+    variant: Variant,
+) -> Vec<f32> {
     let d = e.w1.cols;
     let inter = e.w1.rows;
     let xq = variant.act(x, d);
@@ -88,7 +95,13 @@ pub fn expert_forward(e: &ExpertWeights, x: &[f32], n: usize, weights: &[f64], l
 }
 
 /// The MoE block on `n` rows: routed experts plus the shared expert.
-pub fn moe_forward(cfg: &Dsv4Config, w: &MoeWeights, x: &[f32], tokens: &[u32], variant: Variant) -> (Vec<f32>, Vec<Route>) {
+pub fn moe_forward(
+    cfg: &Dsv4Config,
+    w: &MoeWeights,
+    x: &[f32],
+    tokens: &[u32],
+    variant: Variant,
+) -> (Vec<f32>, Vec<Route>) {
     let n = tokens.len();
     let d = cfg.hidden_size;
     let limit = cfg.swiglu_limit as f32;

@@ -89,7 +89,11 @@ mod tests {
 
     #[test]
     fn inverse_undoes_rotation() {
-        let r = Rope::new(160000.0, 8, Some(&Yarn { factor: 16.0, original_max_position_embeddings: 256, beta_fast: 32.0, beta_slow: 1.0 }));
+        let r = Rope::new(
+            160000.0,
+            8,
+            Some(&Yarn { factor: 16.0, original_max_position_embeddings: 256, beta_fast: 32.0, beta_slow: 1.0 }),
+        );
         let orig: Vec<f32> = (0..16).map(|i| i as f32 * 0.1 - 0.7).collect();
         let mut x = orig.clone();
         r.apply(&mut x, 77, false);
@@ -104,7 +108,11 @@ mod tests {
     #[test]
     fn yarn_interpolates_low_frequencies() {
         let plain = Rope::new(160000.0, 8, None);
-        let y = Rope::new(160000.0, 8, Some(&Yarn { factor: 16.0, original_max_position_embeddings: 256, beta_fast: 32.0, beta_slow: 1.0 }));
+        let y = Rope::new(
+            160000.0,
+            8,
+            Some(&Yarn { factor: 16.0, original_max_position_embeddings: 256, beta_fast: 32.0, beta_slow: 1.0 }),
+        );
         // the highest frequency is extrapolated (kept), the lowest interpolated (/16)
         assert_eq!(plain.inv_freq[0], y.inv_freq[0]);
         assert!((y.inv_freq[3] * 16.0 - plain.inv_freq[3]).abs() < 1e-9);
