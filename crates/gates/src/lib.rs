@@ -4,9 +4,11 @@
 //! - `band`: the drift band a legitimate disagreement must stay inside;
 //! - `tf`: the teacher-forced gate against a banked CPU trajectory;
 //! - `chunks`: batch invariance of the GPU forward;
-//! - `gpu`: the GPU as a realization, and GPU-against-CPU comparison.
+//! - `gpu`: the GPU as a realization, and GPU-against-CPU comparison;
+//! - `host_cache`: park/restore of the decode state, bit for bit.
 
 pub mod band;
 pub mod chunks;
 pub mod gpu;
+pub mod host_cache;
 pub mod tf;

@@ -43,3 +43,23 @@ fn gate_passes_the_oracle_and_fails_a_dropped_shared_expert() {
     assert!(!rep.pass, "a dropped shared expert must fail the gate: {rep:?}");
     assert!(rep.out_of_band > 0);
 }
+
+#[test]
+fn host_cache_gate_passes_on_the_oracle_and_catches_a_flipped_bit() {
+    use gates::host_cache::{dsv4_identity, host_cache_gate, CpuEngine, FlipBit};
+    let m = embedded_model(ExpertArm::Native).unwrap();
+    for variant in [Variant::Exact, Variant::Fp8] {
+        let oracle = CpuOracle::new(m.weights.clone(), variant);
+        let e = CpuEngine { oracle: &oracle, identity: dsv4_identity(m.config(), &m.sha256, variant) };
+        let ids = random_prompt(80, 9, 2, 320);
+        let dir = tempfile::tempdir().unwrap();
+        let rep = host_cache_gate(&e, &ids, dir.path(), None).unwrap();
+        assert!(rep.pass, "{rep:?}");
+        assert!(rep.snapshot_bytes > 0 && rep.park_bytes as usize > rep.snapshot_bytes);
+        // one flipped bit in the compressed entries of layer 1 must be caught
+        let class = oracle.state_layout.layers[1].comp_entries.unwrap();
+        let rep = host_cache_gate(&e, &ids, dir.path(), Some(FlipBit { class, byte: 5 })).unwrap();
+        assert!(!rep.pass && !rep.restored_classes_identical, "{rep:?}");
+        assert!(rep.differing_classes.iter().any(|c| c.contains("layer01.comp.entries")), "{rep:?}");
+    }
+}

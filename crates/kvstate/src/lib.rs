@@ -6,11 +6,15 @@
 //! rows, restores them into an equal or larger capacity, and parks them to
 //! disk in a checked file format. It knows nothing about any model.
 
+pub mod device;
 mod layout;
+pub mod park;
 mod snapshot;
 mod state;
 
+pub use device::{DeviceState, PinnedBytes};
 pub use layout::{CapacityRule, ClassSpec, ElemType, Layout};
+pub use park::{park, read_snapshot, unpark, write_snapshot, Identity};
 pub use snapshot::{check_restorable, restore, snapshot, snapshot_with, ClassSnapshot, HostBytes, Snapshot};
 pub use state::{slot_of, AlignedBuf, HostClass, HostState, StateStore};
 

@@ -21,6 +21,7 @@ const GATE_HELP: &str = "memra gate tf <model> <bank.json> <out-dir> [--devices 
 memra gate chunks <model> [--tokens FILE | --prompt-len N] [--widths 1,7,32,64] [--devices D]
                 [--variant exact|fp8] [--experts A] [--out FILE]
 memra gate compare <model> [--tokens FILE | --prompt-len N] [--devices D] [--variant V] [--experts A]
+memra gate host-cache <model> <tokens.json> [--devices D] [--variant V] [--backend gpu|cpu] [--out-dir DIR]
 
 tf: the teacher-forced gate. Feeds the banked tokens to the GPU, compares the
 argmax at every position with the bank, classifies disagreements (in band,
@@ -28,6 +29,10 @@ out of band, unresolved), runs twice for determinism, writes tf_gate.json and
 the GPU rows of disagreements (gpu_rows.json). The variant is the bank's.
 chunks: batch invariance (chunk widths, decode, monolithic, MoE arms).
 compare: GPU against the CPU oracle, per layer and on the logits.
+host-cache: warm a state (66 ids + 17 greedy steps), snapshot it to page-locked
+host memory, restore into capacity +97, park to disk and load, compare every
+class bit for bit, continue 11 steps on all and compare logits, and check that
+chunk widths 1 and 64 leave identical classes. Prints the snapshot bytes.
 Every gate exits non-zero when it fails.
 ";
 
@@ -187,7 +192,45 @@ pub fn gate(argv: &[String]) -> Result<()> {
                 rep.argmax_agreement
             );
         }
-        other => bail!("unknown gate `{other}` (tf, chunks or compare)\n\n{GATE_HELP}"),
+        "host-cache" => {
+            use gates::host_cache::{dsv4_identity, host_cache_gate, CpuEngine, GpuEngine};
+            let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
+            let ids = read_tokens_file(&PathBuf::from(a.positional.get(2).context("missing <tokens.json>")?))?;
+            let dir = a.path("out-dir").unwrap_or_else(std::env::temp_dir);
+            std::fs::create_dir_all(&dir)?;
+            let identity = dsv4_identity(model.config(), &model.sha256, variant);
+            let rep = match a.get("backend").unwrap_or("gpu") {
+                "gpu" => {
+                    let gpu = load_gpu(&a, &model, variant)?;
+                    host_cache_gate(&GpuEngine { gpu: &gpu, identity }, &ids, &dir, None)?
+                }
+                "cpu" => {
+                    let o = CpuOracle::new(model.weights.clone(), variant);
+                    host_cache_gate(&CpuEngine { oracle: &o, identity }, &ids, &dir, None)?
+                }
+                other => bail!("unknown --backend `{other}`"),
+            };
+            write_json(&dir.join("host_cache_gate.json"), &rep)?;
+            println!(
+                "host-cache gate [{}] {}: snapshot {} bytes ({:.1} MB/s out, restore {:.1} MB/s), park file {} bytes; restored identical {}, parked identical {}, 11-step logits identical {}, final classes identical {}, widths 1/64 identical {} -> {}",
+                rep.engine,
+                model.label,
+                rep.snapshot_bytes,
+                rep.snapshot_bytes as f64 / rep.snapshot_seconds.max(1e-9) / 1e6,
+                rep.snapshot_bytes as f64 / rep.restore_seconds.max(1e-9) / 1e6,
+                rep.park_bytes,
+                rep.restored_classes_identical,
+                rep.parked_classes_identical,
+                rep.continuation_logits_identical,
+                rep.final_classes_identical,
+                rep.chunk_widths_identical,
+                if rep.pass { "PASS" } else { "FAIL" }
+            );
+            if !rep.pass {
+                bail!("host-cache gate failed: differing classes {:?}", rep.differing_classes);
+            }
+        }
+        other => bail!("unknown gate `{other}` (tf, chunks, compare or host-cache)\n\n{GATE_HELP}"),
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 //! options and calls into the library crates; no model logic lives here.
 
 mod args;
+mod bench;
 mod commands;
 mod gate;
 
@@ -16,7 +17,8 @@ commands:
   synth      write a deterministic synthetic DSV4 checkpoint
   bank       bank a greedy CPU-oracle trajectory with its top-8 logits
   logits     teacher-forced logits of every position of a token sequence
-  gate       the gates: tf (teacher-forced), chunks (batch invariance), compare
+  gate       the gates: tf (teacher-forced), chunks (batch invariance), compare, host-cache
+  bench      measurements on the GPU: park (snapshot/restore throughput)
 ";
 
 fn main() {
@@ -43,6 +45,7 @@ fn run(argv: &[String]) -> Result<()> {
         "bank" => commands::bank(rest),
         "logits" => commands::logits(rest),
         "gate" => gate::gate(rest),
+        "bench" => bench::bench(rest),
         "--help" | "-h" | "help" => {
             print!("{USAGE}");
             Ok(())

@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use kvstate::StateStore;
 
 use super::device::{Buf, Gpu};
-use super::state::{DevClass, GpuState, ScratchDims};
+use super::state::{GpuState, ScratchDims};
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
 use crate::config::Dsv4Config;
 use crate::cpu::ops::rope::Rope;
@@ -184,6 +184,11 @@ impl Dsv4Gpu {
         Ok(Dsv4Gpu { state_layout: Dsv4StateLayout::new(&cfg, 0), config: cfg, weights, opts, stages, layer_stage })
     }
 
+    /// The CUDA context of the first stage (host buffers for snapshots).
+    pub fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
+        &self.stages[0].gpu.ctx
+    }
+
     pub fn devices(&self) -> Vec<usize> {
         self.stages.iter().map(|s| s.gpu.ordinal).collect()
     }
@@ -268,30 +273,15 @@ impl Dsv4Gpu {
         if !problems.is_empty() {
             bail!("a state for {capacity} positions (chunks of {chunk_width}) does not fit: {}", problems.join("; "));
         }
-        let mut classes = Vec::new();
-        for (ci, spec) in layout.classes.iter().enumerate() {
-            let stage = self.class_stage(ci);
-            let rows = spec.rule.rows_for(capacity);
-            classes.push(DevClass {
-                stage,
-                rows,
-                written: 0,
-                buf: self.stages[stage].gpu.alloc::<f32>(rows * spec.row_width)?,
-            });
-        }
+        let kv = kvstate::DeviceState::new(layout.clone(), capacity, |ci| {
+            self.stages[self.class_stage(ci)].gpu.stream.clone()
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
         let scratch = self.stages.iter().map(|s| dims.alloc(&s.gpu, chunk_width)).collect::<Result<Vec<_>>>()?;
         for s in &self.stages {
             s.gpu.sync()?;
         }
-        Ok(GpuState {
-            layout,
-            capacity,
-            positions: 0,
-            classes,
-            scratch,
-            scratch_elements: scratch_elems * self.stages.len(),
-            gpus: self.stages.iter().map(|s| s.gpu.clone()).collect(),
-        })
+        Ok(GpuState { kv, scratch, scratch_elements: scratch_elems * self.stages.len() })
     }
 
     fn class_stage(&self, class: usize) -> usize {
@@ -383,8 +373,8 @@ impl Dsv4Gpu {
         if n > st.chunk_width() {
             bail!("chunk of {n} tokens is wider than this state's scratch ({})", st.chunk_width());
         }
-        if t0 + n > st.capacity {
-            bail!("state capacity {} positions: cannot add {n} tokens at position {t0}", st.capacity);
+        if t0 + n > st.capacity() {
+            bail!("state capacity {} positions: cannot add {n} tokens at position {t0}", st.capacity());
         }
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
             bail!("token id {t} is outside the vocabulary ({})", self.config.vocab_size);
@@ -429,15 +419,15 @@ impl Dsv4Gpu {
         }
         // state bookkeeping (host side)
         for (l, lc) in self.state_layout.layers.iter().enumerate() {
-            st.classes[lc.kv].written += n as u64;
+            st.kv.advance(lc.kv, n as u64);
             let ratio = self.config.compress_ratio(l);
             for c in [lc.comp_pending, lc.idx_pending].into_iter().flatten() {
-                st.classes[c].written += n as u64;
+                st.kv.advance(c, n as u64);
             }
             if let (Some(end), Some(start)) = ((t0 + n).checked_div(ratio), t0.checked_div(ratio)) {
                 let closed = (end - start) as u64;
                 for c in [lc.comp_entries, lc.idx_entries].into_iter().flatten() {
-                    st.classes[c].written += closed;
+                    st.kv.advance(c, closed);
                 }
             }
         }

@@ -60,7 +60,7 @@ impl Dsv4Gpu {
             let w = if overlap { 2 * hd } else { hd };
             self.lin(g, &cw.wkv, sc.h.ptr, sc.ckv.ptr, n)?;
             self.lin(g, &cw.wgate, sc.h.ptr, sc.cgate.ptr, n)?;
-            let (pb, prows, eb) = (st.classes[pend].buf.ptr, st.classes[pend].rows, st.classes[ent].buf.ptr);
+            let (pb, prows, eb) = (st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr);
             let closing = (t0 + n) / ratio - t0 / ratio;
             if closing > 0 {
                 launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(hd), (hd * 8) as u32);
@@ -71,7 +71,7 @@ impl Dsv4Gpu {
                 pb, prows as i32, sc.ckv.ptr, sc.cgate.ptr, w as i32, n as i32, t0 as i32);
             mode = if kind == AttnKind::Hca { 1 } else { 2 };
             entries = eb;
-            max_ent = st.capacity / ratio + 1;
+            max_ent = st.capacity() / ratio + 1;
         }
         if let (Some(ic), Some(wq), Some(wp), Some(pend), Some(ent)) =
             (&dl.idx_compressor, &dl.idx_wq_b, &dl.idx_weights_proj, lc.idx_pending, lc.idx_entries)
@@ -79,7 +79,7 @@ impl Dsv4Gpu {
             let (hi, di) = (c.index_n_heads, c.index_head_dim);
             self.lin(g, &ic.wkv, sc.h.ptr, sc.ikv.ptr, n)?;
             self.lin(g, &ic.wgate, sc.h.ptr, sc.igate.ptr, n)?;
-            let (pb, prows, eb) = (st.classes[pend].buf.ptr, st.classes[pend].rows, st.classes[ent].buf.ptr);
+            let (pb, prows, eb) = (st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr);
             let closing = (t0 + n) / ratio - t0 / ratio;
             if closing > 0 {
                 launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(di), (di * 8) as u32);
@@ -105,13 +105,13 @@ impl Dsv4Gpu {
             max_ent = c.index_topk;
         }
 
-        let kv_ring = &st.classes[lc.kv];
+        let kv_ring = &st.kv.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
         launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), 128, (max_keys * 8) as u32);
-            sc.q.ptr, kv_ring.buf.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
+            sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), sc.attn.ptr);
         launch!(g, "ring_append", Gpu::cfg((n.min(kv_ring.rows) as u32, 1, 1), 256, 0);
-            kv_ring.buf.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
+            kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
         launch!(g, "rope_rows", Gpu::cfg(((n * nh) as u32, 1, 1), 32, 0); sc.attn.ptr, nh as i32, hd as i32, rope, npairs, pos0, 1i32);
         // grouped low-rank output projection
         let (gs, ol) = (c.o_groups, c.o_lora_rank);

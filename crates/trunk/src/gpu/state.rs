@@ -5,17 +5,9 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use kvstate::{slot_of, CapacityRule, Layout, StateError, StateStore};
+use kvstate::{DeviceState, Layout, StateError, StateStore};
 
 use super::device::{Buf, Gpu};
-
-/// One class on a device.
-pub struct DevClass {
-    pub stage: usize,
-    pub rows: usize,
-    pub written: u64,
-    pub buf: Buf<f32>,
-}
 
 /// Activation scratch of one stage, for chunks of up to `width` tokens.
 pub struct Scratch {
@@ -165,16 +157,13 @@ impl ScratchDims {
     }
 }
 
-/// A DSV4 decode state on the devices.
+/// A DSV4 decode state on the devices: the cache classes (a `kvstate`
+/// device state, each class on the device of the stage owning its layer)
+/// and per-stage scratch.
 pub struct GpuState {
-    pub layout: Arc<Layout>,
-    pub capacity: usize,
-    pub positions: usize,
-    pub classes: Vec<DevClass>,
+    pub kv: DeviceState,
     pub scratch: Vec<Scratch>,
     pub scratch_elements: usize,
-    /// The stage streams, to copy classes in and out.
-    pub(crate) gpus: Vec<Arc<Gpu>>,
 }
 
 impl GpuState {
@@ -182,81 +171,40 @@ impl GpuState {
         self.scratch[0].width
     }
 
+    pub fn capacity(&self) -> usize {
+        self.kv.capacity()
+    }
+
     pub fn class_bytes(&self) -> usize {
-        self.classes.iter().map(|c| c.buf.len * 4).sum()
+        self.kv.allocated_bytes()
     }
 
     pub fn scratch_bytes(&self) -> usize {
-        // every scratch buffer holds 4-byte elements
+        // every scratch buffer holds 4-byte words
         self.scratch_elements * 4
     }
 }
 
 impl StateStore for GpuState {
     fn layout(&self) -> &Arc<Layout> {
-        &self.layout
+        self.kv.layout()
     }
     fn capacity(&self) -> usize {
-        self.capacity
+        self.kv.capacity()
     }
     fn positions(&self) -> usize {
-        self.positions
+        self.kv.positions()
     }
     fn set_positions(&mut self, positions: usize) {
-        self.positions = positions;
+        self.kv.set_positions(positions)
     }
     fn written(&self, class: usize) -> u64 {
-        self.classes[class].written
+        self.kv.written(class)
     }
-
     fn read_live(&self, class: usize, out: &mut [u8]) -> Result<(), StateError> {
-        let spec = &self.layout.classes[class];
-        let c = &self.classes[class];
-        let live = self.live_rows(class);
-        let rb = spec.row_bytes();
-        if out.len() != live * rb {
-            return Err(StateError::Size { class: spec.name.clone(), expected: live * rb, got: out.len() });
-        }
-        let gpu = &self.gpus[c.stage];
-        let all = gpu.download(&c.buf, c.rows * spec.row_width).map_err(|e| StateError::Format(format!("{e:#}")))?;
-        for k in 0..live {
-            let slot = slot_of(spec, c.rows, c.written - live as u64 + k as u64);
-            let src = &all[slot * spec.row_width..(slot + 1) * spec.row_width];
-            for (j, v) in src.iter().enumerate() {
-                out[k * rb + 4 * j..k * rb + 4 * j + 4].copy_from_slice(&v.to_le_bytes());
-            }
-        }
-        Ok(())
+        self.kv.read_live(class, out)
     }
-
     fn write_live(&mut self, class: usize, written: u64, rows: &[u8]) -> Result<(), StateError> {
-        let spec = self.layout.classes[class].clone();
-        let stage = self.classes[class].stage;
-        let nrows = self.classes[class].rows;
-        if !matches!(spec.rule, CapacityRule::Ring { .. }) && written as usize > nrows {
-            return Err(StateError::Full { class: spec.name.clone(), rows: nrows });
-        }
-        let live = match spec.rule {
-            CapacityRule::Ring { .. } => written.min(nrows as u64) as usize,
-            _ => written as usize,
-        };
-        let rb = spec.row_bytes();
-        if rows.len() != live * rb {
-            return Err(StateError::Size { class: spec.name.clone(), expected: live * rb, got: rows.len() });
-        }
-        let gpu = self.gpus[stage].clone();
-        let c = &mut self.classes[class];
-        let mut all = gpu.download(&c.buf, nrows * spec.row_width).map_err(|e| StateError::Format(format!("{e:#}")))?;
-        for k in 0..live {
-            let slot = slot_of(&spec, nrows, written - live as u64 + k as u64);
-            for j in 0..spec.row_width {
-                let o = k * rb + 4 * j;
-                all[slot * spec.row_width + j] = f32::from_le_bytes(rows[o..o + 4].try_into().unwrap());
-            }
-        }
-        gpu.write(&mut c.buf, &all).map_err(|e| StateError::Format(format!("{e:#}")))?;
-        gpu.sync().map_err(|e| StateError::Format(format!("{e:#}")))?;
-        c.written = written;
-        Ok(())
+        self.kv.write_live(class, written, rows)
     }
 }
