@@ -27,7 +27,7 @@ impl Decoder {
     fn step(&self, st: &mut HostState, sym: u32) -> f32 {
         let pos = st.positions();
         st.push_row_f32(0, &[sym as f32]).unwrap();
-        if (pos + 1) % 16 == 0 {
+        if (pos + 1).is_multiple_of(16) {
             let mut h = [0f32; 4];
             let live = st.live_rows(0) as u64;
             for i in st.written(0) - live..st.written(0) {
