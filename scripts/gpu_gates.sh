@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# The GPU gate battery, run on the H200 machine from the repository root with
-# a release `memra` built elsewhere (target/release/memra carried along).
-#   bash scripts/gpu_gates.sh [quick|full]
-# Writes logs and JSON reports under $OUT (or ./out).
+# The GPU battery, run on the H200 machine from the repository root with a
+# release `memra` built elsewhere (target/release/memra carried along).
+#   bash scripts/gpu_gates.sh [sections...]
+# sections: gates hostcache fixtures park perf (default: gates)
+# Writes a summary (summary.txt) and everything else packed in results.tgz
+# under $OUT (or ./out).
 set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT" /tmp/m
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 M=./target/release/memra
-MODE=${1:-full}
 LOG="$OUT/gates.log"
 SUMMARY="$OUT/summary.txt"
 : > "$LOG"; : > "$SUMMARY"
@@ -25,42 +26,72 @@ pack() { # at most 8 files come back: pack everything but the summary
   find "$OUT" -mindepth 1 -not -name results.tgz -not -name summary.txt -delete 2>/dev/null
 }
 trap pack EXIT
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
-step "synth tiny" $M synth --preset tiny --seed 0 --out /tmp/m/tiny
-step "synth small" $M synth --preset small --seed 1 --out /tmp/m/small
-for model in tiny small; do
-  for v in exact fp8; do
-    step "compare $model $v" $M gate compare /tmp/m/$model --variant $v --prompt-len 160
+models() {
+  [ -d /tmp/m/tiny ] || step "synth tiny" $M synth --preset tiny --seed 0 --out /tmp/m/tiny
+  [ -d /tmp/m/small ] || step "synth small" $M synth --preset small --seed 1 --out /tmp/m/small
+}
+gates() {
+  models
+  for model in tiny small; do
+    for v in exact fp8; do
+      step "compare $model $v" $M gate compare /tmp/m/$model --variant $v --prompt-len 160
+    done
   done
-done
-step "compare small exact bf16" $M gate compare /tmp/m/small --variant exact --experts bf16 --prompt-len 160
-for model in tiny small; do
-  for v in exact fp8; do
-    step "chunks $model $v" $M gate chunks /tmp/m/$model --variant $v --prompt-len 160 --out $OUT/chunks_${model}_$v.json
+  step "compare small exact bf16" $M gate compare /tmp/m/small --variant exact --experts bf16 --prompt-len 160
+  for model in tiny small; do
+    for v in exact fp8; do
+      step "chunks $model $v" $M gate chunks /tmp/m/$model --variant $v --prompt-len 160 --out $OUT/chunks_${model}_$v.json
+    done
   done
-done
-step "chunks small exact 0,0" $M gate chunks /tmp/m/small --variant exact --prompt-len 160 --devices 0,0
-[ "$MODE" = quick ] && exit 0
-for model in tiny small; do
-  for v in exact fp8; do
-    step "bank $model $v" $M bank --model /tmp/m/$model --prompt-len 32 --n 160 --variant $v --out /tmp/m/bank_${model}_$v.json
-    cp /tmp/m/bank_${model}_$v.json $OUT/ 2>/dev/null
+  step "chunks small exact 0,0" $M gate chunks /tmp/m/small --variant exact --prompt-len 160 --devices 0,0
+  for model in tiny small; do
+    for v in exact fp8; do
+      step "bank $model $v" $M bank --model /tmp/m/$model --prompt-len 32 --n 160 --variant $v --out /tmp/m/bank_${model}_$v.json
+      cp /tmp/m/bank_${model}_$v.json $OUT/ 2>/dev/null
+    done
   done
-done
-for model in tiny small; do
-  for v in exact fp8; do
-    for e in native bf16; do
-      for d in 0 0,0; do
-        step "tf $model $v $e dev $d" $M gate tf /tmp/m/$model /tmp/m/bank_${model}_$v.json $OUT/tf_${model}_${v}_${e}_${d/,/_} --experts $e --devices $d
+  for model in tiny small; do
+    for v in exact fp8; do
+      for e in native bf16; do
+        for d in 0 0,0; do
+          step "tf $model $v $e dev $d" $M gate tf /tmp/m/$model /tmp/m/bank_${model}_$v.json $OUT/tf_${model}_${v}_${e}_${d/,/_} --experts $e --devices $d
+        done
       done
     done
   done
-done
-step "tf tiny exact FAULT drop-shared" $M gate tf /tmp/m/tiny /tmp/m/bank_tiny_exact.json $OUT/tf_fault1 --inject-fault drop-shared:2
-step "tf small exact FAULT shift-rope" $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_fault2 --inject-fault shift-rope:1
-step "tf small exact per-expert" $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_small_perexpert --moe per-expert
-# transformers reference on small (exact, native FP4 experts dequantized by transformers)
-python3 -c "import json; b=json.load(open('/tmp/m/bank_small_exact.json')); json.dump({'tokens': b['prompt']+b['tokens']}, open('/tmp/m/seq.json','w'))"
-step "logits small gpu" $M logits --model /tmp/m/small --tokens /tmp/m/seq.json --out /tmp/m/small_gpu.f32 --backend gpu
-step "transformers vs gpu small" python3 scripts/check_transformers_load.py /tmp/m/small /tmp/m/seq.json /tmp/m/small_gpu.f32
-step "generate tiny gpu" $M generate --model /tmp/m/tiny --backend gpu --max-tokens 64 --json --no-stop
+  step "tf tiny exact FAULT drop-shared" $M gate tf /tmp/m/tiny /tmp/m/bank_tiny_exact.json $OUT/tf_fault1 --inject-fault drop-shared:2
+  step "tf small exact FAULT shift-rope" $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_fault2 --inject-fault shift-rope:1
+  step "tf small exact per-expert" $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_small_perexpert --moe per-expert
+  python3 -c "import json; b=json.load(open('/tmp/m/bank_small_exact.json')); json.dump({'tokens': b['prompt']+b['tokens']}, open('/tmp/m/seq.json','w'))"
+  step "logits small gpu" $M logits --model /tmp/m/small --tokens /tmp/m/seq.json --out /tmp/m/small_gpu.f32 --backend gpu
+  step "transformers vs gpu small" python3 scripts/check_transformers_load.py /tmp/m/small /tmp/m/seq.json /tmp/m/small_gpu.f32
+  step "generate tiny gpu" $M generate --model /tmp/m/tiny --backend gpu --max-tokens 64 --json --no-stop
+}
+hostcache() {
+  models
+  python3 -c "import json,random; random.seed(5); json.dump([random.randrange(2,320) for _ in range(100)], open('/tmp/m/ids_tiny.json','w')); json.dump([random.randrange(2,32000) for _ in range(100)], open('/tmp/m/ids_small.json','w'))"
+  for model in tiny small; do
+    for v in exact fp8; do
+      for d in 0 0,0; do
+        mkdir -p $OUT/hc_${model}_${v}_${d/,/_}
+        step "host-cache $model $v dev $d" $M gate host-cache /tmp/m/$model /tmp/m/ids_$model.json --variant $v --devices $d --out-dir $OUT/hc_${model}_${v}_${d/,/_}
+      done
+    done
+  done
+  step "host-cache small exact cpu" $M gate host-cache /tmp/m/small /tmp/m/ids_small.json --backend cpu --out-dir /tmp/m
+}
+fixtures() {
+  mkdir -p $OUT/fixtures
+  step "codepoints fixture" python3 scripts/make_codepoints.py $OUT/fixtures/codepoints.json
+  step "transformers tiny fixture" python3 scripts/make_reference.py $OUT/fixtures/hf_tiny
+}
+park() {
+  models
+  step "park bench small 32k" $M bench park /tmp/m/small --capacity 32768 --out $OUT/park_small_32k.json
+}
+perf() {
+  step "roofline flash-shape 4 layers" $M bench roofline --layers 4 --out $OUT/roofline.json
+  grep -E "^(ceilings|case|decode|prefill|breakdown)" "$LOG" | tee -a "$SUMMARY"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+for s in "${@:-gates}"; do $s; done

@@ -11,14 +11,25 @@ use trunk::model::open_model;
 use trunk::weights::ExpertArm;
 
 const BENCH_HELP: &str = "memra bench park <model> [--capacity N] [--reps R] [--devices D]
+memra bench roofline [--model DIR | --layers N] [--seed S] [--contexts 1024,8192,32768] [--steps N]
+                     [--prefill N] [--variant exact|fp8] [--devices D] [--out FILE]
 
 park: fill a decode state of N positions (default 32768), time snapshots to
 page-locked host memory and restores, against a plain pinned copy of the
 same size (the link) measured in the same run.
+roofline: the flash-shape preset (DSV4-Flash widths, FP8 and FP4 weights,
+generated in memory, default 4 layers) or a model directory: ceilings (a
+2 GiB device copy, a cuBLAS bf16 8192^3 GEMM), batch-1 decode at each
+context (median of --steps, device events), prefill of --prefill tokens;
+bytes and FLOPs per step, fractions of the ceilings, per-op breakdown.
 ";
 
 pub fn bench(argv: &[String]) -> Result<()> {
-    let a = Args::parse(argv, &["capacity", "reps", "devices", "out"], &[])?;
+    let a = Args::parse(
+        argv,
+        &["capacity", "reps", "devices", "out", "model", "layers", "seed", "contexts", "steps", "prefill", "variant"],
+        &[],
+    )?;
     if a.help || a.positional.is_empty() {
         print!("{BENCH_HELP}");
         return Ok(());
@@ -49,7 +60,71 @@ pub fn bench(argv: &[String]) -> Result<()> {
                 100.0 * r.restore_gbps / r.link_h2d_gbps
             );
         }
+        "roofline" => roofline(&a)?,
         other => bail!("unknown bench `{other}`\n\n{BENCH_HELP}"),
+    }
+    Ok(())
+}
+
+fn roofline(a: &Args) -> Result<()> {
+    use bench::roofline::{ceilings, decode_case, prefill_case};
+    use std::time::Instant;
+    use trunk::synth::{in_memory, Preset, Synth};
+    let t = Instant::now();
+    let (weights, label) = match a.path("model") {
+        Some(p) => {
+            let m = open_model(&p, ExpertArm::Native)?;
+            (m.weights.clone(), m.label.clone())
+        }
+        None => {
+            let s = Synth::new(Preset::FlashShape { layers: a.parsed_or("layers", 4)? }, a.parsed_or("seed", 0)?);
+            let src = in_memory(&s)?;
+            let w = trunk::weights::Dsv4Weights::load(&src, &s.config, ExpertArm::Native)?;
+            (std::sync::Arc::new(w), s.name.clone())
+        }
+    };
+    eprintln!("{label}: weights ready in {:.1} s ({:.2} GB)", t.elapsed().as_secs_f64(), weights.stored_bytes() as f64 / 1e9);
+    let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
+    let gpu = Dsv4Gpu::load(weights, &crate::gate::parse_devices(a.get("devices"))?, GpuOptions { variant, ..Default::default() })?;
+    let ceil = ceilings(&gpu)?;
+    println!("ceilings: copy {:.0} GB/s (read+write), bf16 GEMM {:.0} TFLOP/s", ceil.copy_gbps, ceil.bf16_tflops);
+    let contexts: Vec<usize> = a
+        .get("contexts")
+        .unwrap_or("1024,8192,32768")
+        .split(',')
+        .map(|x| x.parse().context("--contexts"))
+        .collect::<Result<_>>()?;
+    let steps: usize = a.parsed_or("steps", 30)?;
+    let mut cases = Vec::new();
+    for ctx in contexts {
+        cases.push(decode_case(&gpu, &ceil, ctx, steps)?);
+    }
+    let n: usize = a.parsed_or("prefill", 4096)?;
+    if n > 0 {
+        cases.push(prefill_case(&gpu, &ceil, n, 3)?);
+    }
+    println!("{:<22} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7}", "case", "ms", "p10", "p90", "GB", "GB/s", "copy%", "TFLOP/s", "mat%");
+    for c in &cases {
+        println!(
+            "{:<22} {:>9.3} {:>8.3} {:>8.3} {:>9.3} {:>8.0} {:>6.1}% {:>8.2} {:>6.2}%",
+            c.name,
+            c.median_ms,
+            c.p10_ms,
+            c.p90_ms,
+            c.bytes / 1e9,
+            c.gbps,
+            100.0 * c.fraction_of_copy,
+            c.tflops,
+            100.0 * c.fraction_of_matrix
+        );
+    }
+    for c in &cases {
+        let top: Vec<String> = c.breakdown_ms.iter().take(12).map(|(l, ms)| format!("{l} {ms:.3}")).collect();
+        println!("breakdown {} (ms): {}", c.name, top.join(", "));
+    }
+    if let Some(o) = a.path("out") {
+        let doc = serde_json::json!({ "model": label, "variant": variant.to_string(), "devices": gpu.devices(), "ceilings": ceil, "cases": cases });
+        std::fs::write(&o, serde_json::to_vec_pretty(&doc)?)?;
     }
     Ok(())
 }

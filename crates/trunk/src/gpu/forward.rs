@@ -13,6 +13,7 @@ use kvstate::StateStore;
 
 use super::device::{Buf, Gpu};
 use super::state::{GpuState, ScratchDims};
+use super::profile::ProfileCell;
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
 use crate::config::Dsv4Config;
 use crate::cpu::ops::rope::Rope;
@@ -91,6 +92,8 @@ pub struct Dsv4Gpu {
     pub state_layout: Dsv4StateLayout,
     pub(super) stages: Vec<Stage>,
     layer_stage: Vec<usize>,
+    /// Per-op device timing (off unless a benchmark turns it on).
+    pub profile: ProfileCell,
 }
 
 /// Per-device memory use.
@@ -181,7 +184,20 @@ impl Dsv4Gpu {
                 layer_stage[l] = i;
             }
         }
-        Ok(Dsv4Gpu { state_layout: Dsv4StateLayout::new(&cfg, 0), config: cfg, weights, opts, stages, layer_stage })
+        Ok(Dsv4Gpu {
+            state_layout: Dsv4StateLayout::new(&cfg, 0),
+            config: cfg,
+            weights,
+            opts,
+            stages,
+            layer_stage,
+            profile: ProfileCell::default(),
+        })
+    }
+
+    /// The stream of the first stage (timing).
+    pub fn first_stream(&self) -> std::sync::Arc<cudarc::driver::CudaStream> {
+        self.stages[0].gpu.stream.clone()
     }
 
     /// The CUDA context of the first stage (host buffers for snapshots).
@@ -383,12 +399,14 @@ impl Dsv4Gpu {
         for (si, stage) in self.stages.iter().enumerate() {
             let g = &stage.gpu;
             if si == 0 {
+                self.mark(0, "embed")?;
                 let sc = &mut st.scratch[0];
                 g.write(&mut sc.tokens, &toks)?;
                 let e = stage.embed.as_ref().unwrap();
                 launch!(g, "embed_rows", Gpu::cfg((n as u32, self.config.hc_mult as u32, 1), 256, 0); e.arg, sc.tokens.ptr, sc.x.ptr);
             } else {
                 // residual streams cross the boundary
+                self.mark(si, "boundary")?;
                 let bytes = n * self.config.hc_mult * self.config.hidden_size * 4;
                 let prev = &self.stages[si - 1].gpu;
                 let ev = prev.stream.record_event(None).map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -432,7 +450,16 @@ impl Dsv4Gpu {
             }
         }
         st.set_positions(t0 + n);
-        self.head(st, n, which, greedy)
+        let out = self.head(st, n, which, greedy)?;
+        for si in 0..self.stages.len() {
+            self.mark(si, "end")?;
+        }
+        Ok(out)
+    }
+
+    /// Start of op `label` on stage `si` (for the profiler).
+    pub(super) fn mark(&self, si: usize, label: &'static str) -> Result<()> {
+        self.profile.mark(si, &self.stages[si].gpu, label)
     }
 
     /// `dst = src` then FP8 rows when the variant quantizes; returns the address to read.
@@ -490,16 +517,19 @@ impl Dsv4Gpu {
         let (d, hc) = (c.hidden_size, c.hc_mult);
         let sc = &st.scratch[si];
         // attention site
+        self.mark(si, "hc")?;
         self.hc_pre(g, &dl.hc_attn, sc.x.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.norm(g, sc.h.ptr, dl.attn_norm.ptr, n, d)?;
         self.attention(st, si, l, dl, n, t0)?;
         let sc = &st.scratch[si];
+        self.mark(si, "hc")?;
         launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); sc.x.ptr, sc.a.ptr, sc.mix.ptr, hc as i32, d as i32);
         // ffn site
         self.hc_pre(g, &dl.hc_ffn, sc.x.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.norm(g, sc.h.ptr, dl.ffn_norm.ptr, n, d)?;
         self.moe(st, si, l, dl, n)?;
         let sc = &st.scratch[si];
+        self.mark(si, "hc")?;
         launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); sc.x.ptr, sc.y.ptr, sc.mix.ptr, hc as i32, d as i32);
         Ok(())
     }

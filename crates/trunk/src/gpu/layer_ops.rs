@@ -36,6 +36,7 @@ impl Dsv4Gpu {
         let eps = c.rms_norm_eps as f32;
         let sc = &st.scratch[si];
 
+        self.mark(si, "attn.q_kv")?;
         let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
         self.lin(g, &dl.wq_a, hq, sc.qr.ptr, n)?;
         self.norm(g, sc.qr.ptr, dl.q_norm.ptr, n, c.q_lora_rank)?;
@@ -55,6 +56,7 @@ impl Dsv4Gpu {
             (0i32, 0u64, 0u64, 0i32, 1usize, 0usize);
         let pool_block = |w: usize| (w.max(32).div_ceil(32) * 32) as u32;
         if let (Some(cw), Some(pend), Some(ent)) = (&dl.compressor, lc.comp_pending, lc.comp_entries) {
+            self.mark(si, "attn.compressor")?;
             ratio = c.compress_ratio(l);
             let overlap = kind == AttnKind::Csa;
             let w = if overlap { 2 * hd } else { hd };
@@ -76,6 +78,7 @@ impl Dsv4Gpu {
         if let (Some(ic), Some(wq), Some(wp), Some(pend), Some(ent)) =
             (&dl.idx_compressor, &dl.idx_wq_b, &dl.idx_weights_proj, lc.idx_pending, lc.idx_entries)
         {
+            self.mark(si, "attn.indexer")?;
             let (hi, di) = (c.index_n_heads, c.index_head_dim);
             self.lin(g, &ic.wkv, sc.h.ptr, sc.ikv.ptr, n)?;
             self.lin(g, &ic.wgate, sc.h.ptr, sc.igate.ptr, n)?;
@@ -105,6 +108,7 @@ impl Dsv4Gpu {
             max_ent = c.index_topk;
         }
 
+        self.mark(si, "attn.core")?;
         let kv_ring = &st.kv.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
         launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), 128, (max_keys * 8) as u32);
@@ -114,6 +118,7 @@ impl Dsv4Gpu {
             kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
         launch!(g, "rope_rows", Gpu::cfg(((n * nh) as u32, 1, 1), 32, 0); sc.attn.ptr, nh as i32, hd as i32, rope, npairs, pos0, 1i32);
         // grouped low-rank output projection
+        self.mark(si, "attn.out")?;
         let (gs, ol) = (c.o_groups, c.o_lora_rank);
         let gin = nh * hd / gs;
         for gi in 0..gs {
@@ -130,6 +135,7 @@ impl Dsv4Gpu {
         let sc = &st.scratch[si];
         let (d, k, inter, ne) = (c.hidden_size, c.num_experts_per_tok, c.moe_intermediate_size, c.n_routed_experts);
         let lim = c.swiglu_limit as f32;
+        self.mark(si, "moe.router")?;
         self.lin(g, &dl.gate, sc.h.ptr, sc.rlogits.ptr, n)?;
         let func = match c.scoring_func {
             ScoringFunc::SqrtSoftplus => 0i32,
@@ -140,6 +146,7 @@ impl Dsv4Gpu {
             sc.rlogits.ptr, ne as i32, k as i32, dl.bias.as_ref().map_or(0, |b| b.ptr),
             dl.tid2eid.as_ref().map_or(0, |b| b.ptr), sc.tokens.ptr, func, c.norm_topk_prob as i32,
             c.routed_scaling_factor as f32, sc.ridx.ptr, sc.rwts.ptr);
+        self.mark(si, "moe.experts")?;
         let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
         let npairs = n * k;
         match self.opts.moe {
@@ -182,6 +189,7 @@ impl Dsv4Gpu {
             }
         }
         let sc = &st.scratch[si];
+        self.mark(si, "moe.shared")?;
         let si_inter = dl.shared.w1.arg.rows as usize;
         self.lin(g, &dl.shared.w1, hq, sc.sg.ptr, n)?;
         self.lin(g, &dl.shared.w3, hq, sc.su.ptr, n)?;
@@ -216,6 +224,7 @@ impl Dsv4Gpu {
             Logits::None => vec![],
         };
         let (d, v) = (c.hidden_size, c.vocab_size);
+        self.mark(si, "head")?;
         let mut logits = Vec::new();
         let mut arg = Vec::new();
         for chunk in rows.chunks(LOGIT_ROWS) {

@@ -6,6 +6,7 @@ pub mod device;
 pub mod forward;
 mod layer_ops;
 pub mod nvrtc;
+pub mod profile;
 pub mod state;
 pub mod weights;
 

@@ -1,0 +1,275 @@
+//! The GPU roofline benchmark: ceilings measured in the run (a large device
+//! copy, a large bf16 matrix product through cuBLAS), batch-1 decode at
+//! several contexts and a long prefill, each against the bytes and FLOPs it
+//! must move and do, with a per-op breakdown.
+
+use anyhow::{anyhow, Result};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+use cudarc::driver::{CudaContext, CudaStream};
+use kvstate::{CapacityRule, ClassSnapshot, Snapshot, StateStore};
+use serde::Serialize;
+use std::sync::Arc;
+
+use trunk::config::AttnKind;
+use trunk::cpu::Logits;
+use trunk::gpu::Dsv4Gpu;
+use trunk::weights::matrix::Matrix;
+use trunk::weights::Dsv4Weights;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Ceilings {
+    /// bytes read + written per second by a large device-to-device copy
+    pub copy_gbps: f64,
+    /// cuBLAS bf16 GEMM 8192^3 on random data
+    pub bf16_tflops: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Case {
+    pub name: String,
+    pub tokens: usize,
+    pub context: usize,
+    pub median_ms: f64,
+    pub p10_ms: f64,
+    pub p90_ms: f64,
+    pub bytes: f64,
+    pub flops: f64,
+    pub gbps: f64,
+    pub tflops: f64,
+    pub fraction_of_copy: f64,
+    pub fraction_of_matrix: f64,
+    pub breakdown_ms: Vec<(String, f64)>,
+}
+
+fn median_p(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let q = |f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+    (q(0.5), q(0.1), q(0.9))
+}
+
+fn timed(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let a = ctx.new_event(None).map_err(|e| anyhow!("{e}"))?;
+    let b = ctx.new_event(None).map_err(|e| anyhow!("{e}"))?;
+    a.record(stream).map_err(|e| anyhow!("{e}"))?;
+    f()?;
+    b.record(stream).map_err(|e| anyhow!("{e}"))?;
+    b.synchronize().map_err(|e| anyhow!("{e}"))?;
+    Ok(a.elapsed_ms(&b).map_err(|e| anyhow!("{e}"))? as f64)
+}
+
+/// Measure the copy and matrix ceilings on the first device of `gpu`.
+pub fn ceilings(gpu: &Dsv4Gpu) -> Result<Ceilings> {
+    let ctx = gpu.context().clone();
+    let stream = ctx.new_stream().map_err(|e| anyhow!("{e}"))?;
+    let n: usize = 1 << 31; // 2 GiB each way
+    let src = stream.alloc_zeros::<u8>(n).map_err(|e| anyhow!("{e}"))?;
+    let mut dst = stream.alloc_zeros::<u8>(n).map_err(|e| anyhow!("{e}"))?;
+    let mut times = Vec::new();
+    for _ in 0..12 {
+        times.push(timed(&ctx, &stream, || stream.memcpy_dtod(&src, &mut dst).map_err(|e| anyhow!("{e}")))?);
+    }
+    let copy_ms = median_p(times[2..].to_vec()).0;
+    drop((src, dst));
+    // bf16 GEMM on random data
+    let m = 8192usize;
+    let host: Vec<half::bf16> =
+        (0..m * m).map(|i| half::bf16::from_f32((((i * 2654435761) % 2001) as f32 - 1000.0) / 1000.0)).collect();
+    let a = stream.clone_htod(&host).map_err(|e| anyhow!("{e}"))?;
+    let b = stream.clone_htod(&host).map_err(|e| anyhow!("{e}"))?;
+    let mut c = stream.alloc_zeros::<half::bf16>(m * m).map_err(|e| anyhow!("{e}"))?;
+    let blas = CudaBlas::new(stream.clone()).map_err(|e| anyhow!("cuBLAS: {e}"))?;
+    let cfg = GemmConfig {
+        transa: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+        transb: cudarc::cublas::sys::cublasOperation_t::CUBLAS_OP_N,
+        m: m as i32,
+        n: m as i32,
+        k: m as i32,
+        alpha: half::bf16::ONE,
+        lda: m as i32,
+        ldb: m as i32,
+        beta: half::bf16::ZERO,
+        ldc: m as i32,
+    };
+    let mut times = Vec::new();
+    for _ in 0..12 {
+        // SAFETY: all three buffers hold m*m bf16.
+        times.push(timed(&ctx, &stream, || unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| anyhow!("{e}")))?);
+    }
+    let gemm_ms = median_p(times[2..].to_vec()).0;
+    Ok(Ceilings { copy_gbps: 2.0 * n as f64 / (copy_ms * 1e-3) / 1e9, bf16_tflops: 2.0 * (m as f64).powi(3) / (gemm_ms * 1e-3) / 1e12 })
+}
+
+fn mat(m: &Matrix) -> (f64, f64) {
+    (m.stored_bytes() as f64, (m.rows * m.cols) as f64)
+}
+
+/// Bytes and FLOPs of one token at position `p` (decode), or per token of a
+/// prefill when `prefill` (weights counted once for the whole chunk by the
+/// caller). Returns (weight bytes, per-token weight MACs, cache bytes, attention FLOPs).
+pub fn token_cost(w: &Dsv4Weights, p: usize) -> (f64, f64, f64, f64) {
+    let c = &w.config;
+    let (mut cache, mut attn) = (0.0, 0.0);
+    let mut mats: Vec<&Matrix> = vec![&w.head];
+    let mut extra_bytes = 0.0;
+    let mut extra_macs = 0.0;
+    for (l, lw) in w.layers.iter().enumerate() {
+        let a = &lw.attn;
+        mats.extend([&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &lw.ffn.gate]);
+        if let Some(cw) = &a.compressor {
+            mats.extend([&cw.wkv, &cw.wgate]);
+        }
+        if let Some(iw) = &a.indexer {
+            mats.extend([&iw.wq_b, &iw.weights_proj, &iw.compressor.wkv, &iw.compressor.wgate]);
+        }
+        mats.extend([&lw.ffn.shared.w1, &lw.ffn.shared.w2, &lw.ffn.shared.w3]);
+        let e = &lw.ffn.experts[0];
+        for _ in 0..c.num_experts_per_tok {
+            mats.extend([&e.w1, &e.w2, &e.w3]);
+        }
+        let hcb = (lw.hc_attn.fn_.len() + lw.hc_ffn.fn_.len()) as f64;
+        extra_bytes += 4.0 * hcb;
+        extra_macs += hcb;
+        let (hd, nh) = (c.head_dim as f64, c.num_attention_heads as f64);
+        let win = (p + 1).min(c.sliding_window) as f64;
+        let keys = win
+            + match c.layer_types[l] {
+                AttnKind::Window => 0.0,
+                AttnKind::Csa => ((p + 1) / c.csa_ratio).min(c.index_topk) as f64,
+                AttnKind::Hca => ((p + 1) / c.hca_ratio) as f64,
+            };
+        cache += 4.0 * keys * hd;
+        attn += 4.0 * nh * hd * keys;
+        if c.layer_types[l] == AttnKind::Csa {
+            let vis = ((p + 1) / c.csa_ratio) as f64;
+            let di = c.index_head_dim as f64;
+            cache += 4.0 * vis * di;
+            attn += 2.0 * c.index_n_heads as f64 * di * vis;
+        }
+    }
+    let (mut bytes, mut macs) = (extra_bytes, extra_macs);
+    for m in mats {
+        let (b, k) = mat(m);
+        bytes += b;
+        macs += k;
+    }
+    (bytes, macs, cache, attn)
+}
+
+/// A state at position `ctx` with every live row filled with finite values.
+fn filled_state(gpu: &Dsv4Gpu, ctx: usize, capacity: usize, chunk: usize) -> Result<trunk::gpu::GpuState> {
+    let mut st = gpu.alloc_decode_state_for_transient(capacity, chunk)?;
+    let layout = st.layout().clone();
+    let mut classes = Vec::new();
+    for (i, spec) in layout.classes.iter().enumerate() {
+        let written = match spec.rule {
+            CapacityRule::Grows { positions_per_row } => (ctx / positions_per_row) as u64,
+            CapacityRule::Ring { .. } => ctx as u64,
+            CapacityRule::Fixed { rows } => rows as u64,
+        };
+        let live = match spec.rule {
+            CapacityRule::Ring { rows } => (written as usize).min(rows),
+            _ => written as usize,
+        };
+        let mut bytes = Vec::with_capacity(live * spec.row_bytes());
+        for k in 0..live * spec.row_width {
+            let v = (((k * 2654435761 + i * 97) % 2001) as f32 - 1000.0) / 1000.0;
+            bytes.extend_from_slice(&v.to_le_bytes());
+        }
+        classes.push(ClassSnapshot { written, live_rows: live, bytes });
+    }
+    st.kv.restore_bulk(&Snapshot { layout, positions: ctx, classes }).map_err(|e| anyhow!("{e}"))?;
+    Ok(st)
+}
+
+/// Batch-1 decode at context `ctx`: `steps` timed steps after warm-up.
+pub fn decode_case(gpu: &Dsv4Gpu, ceil: &Ceilings, ctx: usize, steps: usize) -> Result<Case> {
+    let mut st = filled_state(gpu, ctx, ctx + steps + 8, 1)?;
+    let ctx_ = gpu.context().clone();
+    let stream = gpu.first_stream();
+    let mut tok = 7u32;
+    for _ in 0..3 {
+        tok = gpu.decode_step_greedy(&mut st, tok)?;
+    }
+    let mut times = Vec::new();
+    for _ in 0..steps {
+        let mut t = tok;
+        times.push(timed(&ctx_, &stream, || {
+            t = gpu.decode_step_greedy(&mut st, t)?;
+            Ok(())
+        })?);
+        tok = t;
+    }
+    gpu.profile.set(true);
+    for _ in 0..3 {
+        tok = gpu.decode_step_greedy(&mut st, tok)?;
+    }
+    let breakdown: Vec<(String, f64)> = gpu.profile.take()?.into_iter().map(|(l, ms)| (l, ms / 3.0)).collect();
+    gpu.profile.set(false);
+    let (med, p10, p90) = median_p(times);
+    let (wb, macs, cache, attn) = token_cost(&gpu.weights, ctx + 3);
+    let bytes = wb + cache;
+    let flops = 2.0 * macs + attn;
+    let secs = med * 1e-3;
+    Ok(Case {
+        name: format!("decode b1 ctx {ctx}"),
+        tokens: 1,
+        context: ctx,
+        median_ms: med,
+        p10_ms: p10,
+        p90_ms: p90,
+        bytes,
+        flops,
+        gbps: bytes / secs / 1e9,
+        tflops: flops / secs / 1e12,
+        fraction_of_copy: bytes / secs / 1e9 / ceil.copy_gbps,
+        fraction_of_matrix: flops / secs / 1e12 / ceil.bf16_tflops,
+        breakdown_ms: breakdown,
+    })
+}
+
+/// Prefill of `n` tokens from an empty state in one chunk.
+pub fn prefill_case(gpu: &Dsv4Gpu, ceil: &Ceilings, n: usize, reps: usize) -> Result<Case> {
+    let ctx_ = gpu.context().clone();
+    let stream = gpu.first_stream();
+    let tokens: Vec<u32> = (0..n).map(|i| ((i * 7919) % (gpu.config.vocab_size - 2)) as u32 + 2).collect();
+    let mut times = Vec::new();
+    let mut breakdown = Vec::new();
+    for r in 0..reps + 1 {
+        let mut st = gpu.alloc_decode_state_for_transient(n, n)?;
+        if r == reps {
+            gpu.profile.set(true);
+            gpu.prefill_with_cache(&mut st, &tokens, Logits::Last)?;
+            breakdown = gpu.profile.take()?;
+            gpu.profile.set(false);
+        } else {
+            times.push(timed(&ctx_, &stream, || gpu.prefill_with_cache(&mut st, &tokens, Logits::Last).map(|_| ()))?);
+        }
+    }
+    let (med, p10, p90) = median_p(times);
+    let (wb, macs, _, _) = token_cost(&gpu.weights, 0);
+    let mut attn = 0.0;
+    let mut cache = 0.0;
+    for p in 0..n {
+        let (_, _, c, a) = token_cost(&gpu.weights, p);
+        attn += a;
+        cache += c;
+    }
+    let flops = 2.0 * macs * n as f64 + attn;
+    let bytes = wb + cache;
+    let secs = med * 1e-3;
+    Ok(Case {
+        name: format!("prefill {n}"),
+        tokens: n,
+        context: 0,
+        median_ms: med,
+        p10_ms: p10,
+        p90_ms: p90,
+        bytes,
+        flops,
+        gbps: bytes / secs / 1e9,
+        tflops: flops / secs / 1e12,
+        fraction_of_copy: bytes / secs / 1e9 / ceil.copy_gbps,
+        fraction_of_matrix: flops / secs / 1e12 / ceil.bf16_tflops,
+        breakdown_ms: breakdown,
+    })
+}
