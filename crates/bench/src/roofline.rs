@@ -48,8 +48,9 @@ fn median_p(mut v: Vec<f64>) -> (f64, f64, f64) {
 }
 
 fn timed(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
-    let a = ctx.new_event(None).map_err(|e| anyhow!("{e}"))?;
-    let b = ctx.new_event(None).map_err(|e| anyhow!("{e}"))?;
+    let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let a = ctx.new_event(timing).map_err(|e| anyhow!("{e}"))?;
+    let b = ctx.new_event(timing).map_err(|e| anyhow!("{e}"))?;
     a.record(stream).map_err(|e| anyhow!("{e}"))?;
     f()?;
     b.record(stream).map_err(|e| anyhow!("{e}"))?;
@@ -96,7 +97,10 @@ pub fn ceilings(gpu: &Dsv4Gpu) -> Result<Ceilings> {
         times.push(timed(&ctx, &stream, || unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| anyhow!("{e}")))?);
     }
     let gemm_ms = median_p(times[2..].to_vec()).0;
-    Ok(Ceilings { copy_gbps: 2.0 * n as f64 / (copy_ms * 1e-3) / 1e9, bf16_tflops: 2.0 * (m as f64).powi(3) / (gemm_ms * 1e-3) / 1e12 })
+    Ok(Ceilings {
+        copy_gbps: 2.0 * n as f64 / (copy_ms * 1e-3) / 1e9,
+        bf16_tflops: 2.0 * (m as f64).powi(3) / (gemm_ms * 1e-3) / 1e12,
+    })
 }
 
 fn mat(m: &Matrix) -> (f64, f64) {

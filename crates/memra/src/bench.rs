@@ -83,9 +83,17 @@ fn roofline(a: &Args) -> Result<()> {
             (std::sync::Arc::new(w), s.name.clone())
         }
     };
-    eprintln!("{label}: weights ready in {:.1} s ({:.2} GB)", t.elapsed().as_secs_f64(), weights.stored_bytes() as f64 / 1e9);
+    eprintln!(
+        "{label}: weights ready in {:.1} s ({:.2} GB)",
+        t.elapsed().as_secs_f64(),
+        weights.stored_bytes() as f64 / 1e9
+    );
     let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
-    let gpu = Dsv4Gpu::load(weights, &crate::gate::parse_devices(a.get("devices"))?, GpuOptions { variant, ..Default::default() })?;
+    let gpu = Dsv4Gpu::load(
+        weights,
+        &crate::gate::parse_devices(a.get("devices"))?,
+        GpuOptions { variant, ..Default::default() },
+    )?;
     let ceil = ceilings(&gpu)?;
     println!("ceilings: copy {:.0} GB/s (read+write), bf16 GEMM {:.0} TFLOP/s", ceil.copy_gbps, ceil.bf16_tflops);
     let contexts: Vec<usize> = a
@@ -103,7 +111,10 @@ fn roofline(a: &Args) -> Result<()> {
     if n > 0 {
         cases.push(prefill_case(&gpu, &ceil, n, 3)?);
     }
-    println!("{:<22} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7}", "case", "ms", "p10", "p90", "GB", "GB/s", "copy%", "TFLOP/s", "mat%");
+    println!(
+        "{:<22} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7}",
+        "case", "ms", "p10", "p90", "GB", "GB/s", "copy%", "TFLOP/s", "mat%"
+    );
     for c in &cases {
         println!(
             "{:<22} {:>9.3} {:>8.3} {:>8.3} {:>9.3} {:>8.0} {:>6.1}% {:>8.2} {:>6.2}%",

@@ -82,6 +82,8 @@ pub fn gate(argv: &[String]) -> Result<()> {
             "seed",
             "widths",
             "out",
+            "backend",
+            "out-dir",
         ],
         &[],
     )?;

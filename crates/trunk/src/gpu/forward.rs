@@ -12,8 +12,8 @@ use anyhow::{bail, Context, Result};
 use kvstate::StateStore;
 
 use super::device::{Buf, Gpu};
-use super::state::{GpuState, ScratchDims};
 use super::profile::ProfileCell;
+use super::state::{GpuState, ScratchDims};
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
 use crate::config::Dsv4Config;
 use crate::cpu::ops::rope::Rope;

@@ -33,7 +33,10 @@ impl ProfileCell {
         if !p.enabled {
             return Ok(());
         }
-        let ev = gpu.ctx.new_event(None).map_err(|e| anyhow!("{e}"))?;
+        let ev = gpu
+            .ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))
+            .map_err(|e| anyhow!("{e}"))?;
         ev.record(&gpu.stream).map_err(|e| anyhow!("{e}"))?;
         p.marks.push((stage, label, ev));
         Ok(())

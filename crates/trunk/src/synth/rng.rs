@@ -48,16 +48,18 @@ impl Rng {
         ((r * t.cos()) as f32, (r * t.sin()) as f32)
     }
 
-    /// Fill `out` with N(mean, std^2).
+    /// Fill `out` with approximately N(mean, std^2) values: each is an
+    /// Irwin-Hall sum of four 16-bit uniforms from one draw, centred and
+    /// scaled to unit variance (tails bounded at 3.46 sigma). Cheap enough to
+    /// generate DSV4-Flash widths in seconds.
     pub fn fill_normal(&mut self, out: &mut [f32], mean: f32, std: f32) {
-        let mut chunks = out.chunks_exact_mut(2);
-        for c in &mut chunks {
-            let (a, b) = self.normal_pair();
-            c[0] = mean + std * a;
-            c[1] = mean + std * b;
-        }
-        if let [last] = chunks.into_remainder() {
-            *last = mean + std * self.normal_pair().0;
+        const SCALE: f32 = 1.732_050_8 / 65536.0; // sqrt(3) / 2^16
+        for o in out.iter_mut() {
+            let r = self.next_u64();
+            let s = (r & 0xFFFF) + ((r >> 16) & 0xFFFF) + ((r >> 32) & 0xFFFF) + (r >> 48);
+            // sum of four (u + 0.5)/2^16 is (s + 2)/2^16; minus the mean 2
+            let z = (s as f32 + 2.0 - 131072.0) * SCALE;
+            *o = mean + std * z;
         }
     }
 

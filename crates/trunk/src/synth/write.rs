@@ -134,13 +134,13 @@ type LastQuant = (usize, Vec<u8>, Vec<u8>);
 /// weight and its scale are drawn once.
 struct Producer<'a> {
     synth: &'a Synth,
-    specs: Vec<Spec>,
+    specs: &'a [Spec],
     last: RefCell<Option<LastQuant>>,
 }
 
 impl<'a> Producer<'a> {
-    fn new(synth: &'a Synth) -> Self {
-        Producer { synth, specs: synth.specs(), last: RefCell::new(None) }
+    fn new(synth: &'a Synth, specs: &'a [Spec]) -> Self {
+        Producer { synth, specs, last: RefCell::new(None) }
     }
 
     fn quant(&self, i: usize) -> (Vec<u8>, Vec<u8>) {
@@ -232,7 +232,8 @@ pub struct WriteOptions {
 pub fn write_model(s: &Synth, out: &Path, opts: &WriteOptions, progress: &mut dyn FnMut(usize, usize)) -> Result<()> {
     let plan = s.plan(opts.layout)?;
     let total: usize = plan.plans.iter().map(|p| p.bytes()).sum();
-    let prod = Producer::new(s);
+    let specs = s.specs();
+    let prod = Producer::new(s, &specs);
     let by_name: HashMap<String, usize> = plan.plans.iter().enumerate().map(|(i, p)| (p.name.clone(), i)).collect();
     let mut done = 0usize;
     let mut tick = |n: usize| {
@@ -282,19 +283,49 @@ pub struct MemSource {
 }
 
 impl MemSource {
+    /// Every tensor of the official layout, generated in parallel (each
+    /// tensor from its own seeded streams, so the result does not depend on
+    /// the thread count).
     pub fn official(s: &Synth) -> Result<Self> {
+        use rayon::prelude::*;
         let plan = s.plan(CheckpointLayout::Official)?;
-        let prod = Producer::new(s);
-        let mut tensors = HashMap::new();
-        for (p, src) in plan.plans.iter().zip(&plan.sources) {
-            let data = prod.produce(src);
-            if data.len() != p.bytes() {
-                bail!("synth: tensor `{}` has {} bytes, planned {}", p.name, data.len(), p.bytes());
+        let specs = s.specs();
+        // plan entries grouped by the spec that produces them (a weight and its scale)
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (k, src) in plan.sources.iter().enumerate() {
+            let spec = match src {
+                Source::QuantData(i) | Source::QuantScales(i) | Source::Dense(i) | Source::Ids(i, _) => *i,
+                other => bail!("synth: unexpected source {other:?} in the official layout"),
+            };
+            match groups.last_mut() {
+                Some(g) if matches!(plan.sources[g[0]], Source::QuantData(j) if j == spec) => g.push(k),
+                _ => groups.push(vec![k]),
             }
-            tensors.insert(
-                p.name.clone(),
-                RawTensor { dtype: p.dtype, shape: p.shape.clone(), data: Bytes::from_vec(data) },
-            );
+        }
+        let made: Vec<Result<Vec<(String, RawTensor)>>> = groups
+            .par_iter()
+            .map(|g| {
+                let prod = Producer::new(s, &specs);
+                g.iter()
+                    .map(|&k| {
+                        let p = &plan.plans[k];
+                        let data = prod.produce(&plan.sources[k]);
+                        if data.len() != p.bytes() {
+                            bail!("synth: tensor `{}` has {} bytes, planned {}", p.name, data.len(), p.bytes());
+                        }
+                        Ok((
+                            p.name.clone(),
+                            RawTensor { dtype: p.dtype, shape: p.shape.clone(), data: Bytes::from_vec(data) },
+                        ))
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut tensors = HashMap::new();
+        for group in made {
+            for (name, t) in group? {
+                tensors.insert(name, t);
+            }
         }
         Ok(MemSource { tensors, config: s.config.clone(), label: format!("<synthetic {} seed {}>", s.name, s.seed) })
     }

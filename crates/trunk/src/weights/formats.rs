@@ -86,7 +86,7 @@ pub fn e2m1_to_f32(nibble: u8) -> f32 {
 
 /// Round `x` to the nearest of `grid` (sorted non-negative magnitudes),
 /// ties to the even index; values beyond the last point saturate.
-#[inline]
+#[cfg(test)]
 fn round_to_grid(mag: f32, grid: &[f32]) -> usize {
     // binary search for the first grid point >= mag
     let mut lo = 0usize;
@@ -120,25 +120,54 @@ fn round_to_grid(mag: f32, grid: &[f32]) -> usize {
     }
 }
 
+#[cfg(test)]
 static E4M3_MAGNITUDES: std::sync::LazyLock<Vec<f32>> =
     std::sync::LazyLock::new(|| (0u8..0x7F).map(e4m3_value).collect());
 
 /// Encode to E4M3: round to nearest even, saturating at 448. NaN maps to NaN.
+///
+/// Codes of non-negative values increase with the value: subnormals are
+/// `m = rte(a * 2^9)` (m = 8 is the first normal), normals in binade
+/// `[2^e, 2^(e+1))` are `(e + 7) * 8 + rte(a / 2^(e-3)) - 8`.
 pub fn f32_to_e4m3(x: f32) -> u8 {
     if x.is_nan() {
         return 0x7F;
     }
     let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
-    // magnitudes 0x00..0x7E are increasing; the code equals the index.
-    let idx = round_to_grid(x.abs(), &E4M3_MAGNITUDES);
-    sign | idx as u8
+    let a = x.abs();
+    let code = if a < 0.015625 {
+        (a * 512.0).round_ties_even() as u32
+    } else if a >= E4M3_MAX {
+        0x7E
+    } else {
+        let e = ((a.to_bits() >> 23) as i32) - 127;
+        let q = (a * f32::from_bits(((127 - (e - 3)) as u32) << 23)).round_ties_even() as u32;
+        ((e + 7) as u32) * 8 + q - 8
+    };
+    sign | code.min(0x7E) as u8
 }
 
 /// Encode to E2M1 (a nibble): round to nearest even, saturating at 6.
 pub fn f32_to_e2m1(x: f32) -> u8 {
     let sign = if x.is_sign_negative() { 0x8u8 } else { 0 };
-    let mag = if x.is_nan() { 0.0 } else { x.abs() };
-    sign | round_to_grid(mag, &E2M1_MAGNITUDES) as u8
+    let a = if x.is_nan() { 0.0 } else { x.abs() };
+    let code = if a < 1.0 {
+        (a * 2.0).round_ties_even() as u32
+    } else if a >= 8.0 {
+        7
+    } else {
+        let e = ((a.to_bits() >> 23) as i32) - 127;
+        let q = (a * f32::from_bits(((127 - (e - 1)) as u32) << 23)).round_ties_even() as u32;
+        ((e + 1) as u32) * 2 + q - 2
+    };
+    sign | code.min(7) as u8
+}
+
+/// Grid rounding kept as the reference the fast encoders are tested against.
+#[cfg(test)]
+fn grid_e4m3(x: f32) -> u8 {
+    let sign = if x.is_sign_negative() { 0x80u8 } else { 0 };
+    sign | round_to_grid(x.abs(), &E4M3_MAGNITUDES) as u8
 }
 
 /// The smallest power of two `2^k` with `amax / 2^k <= max_code`, as the
@@ -276,6 +305,21 @@ mod tests {
             let want = c[1].as_u64().unwrap() as u8;
             let got = f32_to_e2m1(x.clamp(-E2M1_MAX, E2M1_MAX));
             assert_eq!(got, want, "x = {x:e}: ours {got:#x} torch {want:#x}");
+        }
+    }
+
+    #[test]
+    fn fast_e4m3_encoder_equals_grid_rounding() {
+        let mut r = crate::synth::rng::Rng::new(3, "enc", 0);
+        for i in 0..200_000u32 {
+            let u = (r.next_u64() >> 40) as f32 / (1u64 << 24) as f32;
+            let x = (u - 0.5) * 2.0 * 2f32.powi((i % 24) as i32 - 14);
+            let x = x.clamp(-E4M3_MAX, E4M3_MAX);
+            assert_eq!(f32_to_e4m3(x), grid_e4m3(x), "x = {x:e}");
+        }
+        for code in 0u8..0x7F {
+            let v = e4m3_to_f32(code);
+            assert_eq!(f32_to_e4m3(v), code, "code {code:#x} round trip");
         }
     }
 
