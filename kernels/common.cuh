@@ -98,21 +98,119 @@ __device__ __forceinline__ void load8(const Mat& m, int r, int k, float* w) {
     }
 }
 
-// Dot of weight row r with a dense f32 vector x (cols long), by one warp,
-// in f64: lanes take 8-wide chunks k = 8*lane + 256*i in order, then a fixed
-// butterfly. Every lane returns the full sum.
-__device__ __forceinline__ double warp_dot_row(const Mat& m, int r, const float* x) {
-    const int lane = threadIdx.x & 31;
-    double acc = 0.0;
-    float w[8];
-    for (int k = lane * 8; k < m.cols; k += 256) {
-        load8(m, r, k, w);
+// Weight rows are read in 16-byte chunks: 4 F32, 8 BF16, 16 FP8 or 32 FP4
+// values. Lane l of a warp takes chunks l, l+32, l+64, ... of a row, two
+// chunks in flight at a time, accumulating in f64; then a fixed butterfly.
+// The order depends only on the row length, never on how many tokens share
+// the weights.
+
+template <int FMT> struct Fmt;
+template <> struct Fmt<FMT_F32> { static const int E = 4; };
+template <> struct Fmt<FMT_BF16> { static const int E = 8; };
+template <> struct Fmt<FMT_FP8> { static const int E = 16; };
+template <> struct Fmt<FMT_FP4> { static const int E = 32; };
+
+// Decode the 16-byte chunk `c` (chunk index ci of row r) into w[0..E).
+template <int FMT>
+__device__ __forceinline__ void decode_chunk(const Mat& m, int r, int ci, const uint4& c, float* w) {
+    const u32 v[4] = {c.x, c.y, c.z, c.w};
+    if (FMT == FMT_F32) {
         #pragma unroll
-        for (int j = 0; j < 8; j++) acc = fma((double)w[j], (double)x[k + j], acc);
+        for (int j = 0; j < 4; j++) w[j] = __uint_as_float(v[j]);
+    } else if (FMT == FMT_BF16) {
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            w[2 * j] = bf16_bits(v[j] & 0xffff);
+            w[2 * j + 1] = __uint_as_float(v[j] & 0xffff0000u);
+        }
+    } else if (FMT == FMT_FP8) {
+        const int k = ci * 16;
+        const float s = ((const float*)m.scales)[(size_t)(r >> 7) * ((m.cols + 127) >> 7) + (k >> 7)];
+        #pragma unroll
+        for (int j = 0; j < 16; j++) w[j] = e4m3_decode((v[j >> 2] >> (8 * (j & 3))) & 0xff) * s;
+    } else {
+        const float s = e8m0_decode(((const u8*)m.scales)[(size_t)r * (m.cols >> 5) + ci]);
+        #pragma unroll
+        for (int j = 0; j < 32; j++) w[j] = e2m1_decode((v[j >> 3] >> (4 * (j & 7))) & 0xf) * s;
+    }
+}
+
+template <int FMT>
+__device__ __forceinline__ const uint4* row_chunks(const Mat& m, int r) {
+    const int E = Fmt<FMT>::E;
+    return (const uint4*)m.data + (size_t)r * (m.cols / E);
+}
+
+// Dot products of weight row r with NT token vectors x + t*x_stride, by one
+// warp, in f64. Returns each full sum in every lane.
+template <int FMT, int NT>
+__device__ __forceinline__ void warp_dot_rows(const Mat& m, int r, const float* x, int x_stride, int nt, double* acc) {
+    const int E = Fmt<FMT>::E;
+    const int lane = threadIdx.x & 31;
+    const int nch = m.cols / E;
+    const uint4* rc = row_chunks<FMT>(m, r);
+    #pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0;
+    float w[E];
+    int ci = lane;
+    for (; ci + 32 < nch; ci += 64) {
+        const uint4 c0 = rc[ci];
+        const uint4 c1 = rc[ci + 32];
+        decode_chunk<FMT>(m, r, ci, c0, w);
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < nt) {
+                const float* xr = x + (size_t)t * x_stride + ci * E;
+                double a = acc[t];
+                #pragma unroll
+                for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
+                acc[t] = a;
+            }
+        }
+        decode_chunk<FMT>(m, r, ci + 32, c1, w);
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < nt) {
+                const float* xr = x + (size_t)t * x_stride + (ci + 32) * E;
+                double a = acc[t];
+                #pragma unroll
+                for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
+                acc[t] = a;
+            }
+        }
+    }
+    if (ci < nch) {
+        decode_chunk<FMT>(m, r, ci, rc[ci], w);
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < nt) {
+                const float* xr = x + (size_t)t * x_stride + ci * E;
+                double a = acc[t];
+                #pragma unroll
+                for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
+                acc[t] = a;
+            }
+        }
     }
     #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    return acc;
+    for (int t = 0; t < NT; t++) {
+        double v = acc[t];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[t] = v;
+    }
+}
+
+// One token's dot with row r, whatever the format.
+__device__ __forceinline__ double warp_dot_row(const Mat& m, int r, const float* x) {
+    double a[1];
+    switch (m.fmt) {
+        case FMT_BF16: warp_dot_rows<FMT_BF16, 1>(m, r, x, 0, 1, a); break;
+        case FMT_FP8: warp_dot_rows<FMT_FP8, 1>(m, r, x, 0, 1, a); break;
+        case FMT_FP4: warp_dot_rows<FMT_FP4, 1>(m, r, x, 0, 1, a); break;
+        default: warp_dot_rows<FMT_F32, 1>(m, r, x, 0, 1, a); break;
+    }
+    return a[0];
 }
 
 // Dot of two f32 vectors by one warp, in f64 (lanes strided, fixed butterfly).

@@ -1,6 +1,6 @@
 // hc.cu — manifold-constrained hyper-connections   (CPU twin: cpu/ops/hc.rs)
 //
-// hc_pre: per token, mixes m = fn . (x / rms(x)) over the hc*d streams,
+// hc_mix_rows + hc_pre: per token, mixes m = fn . (x / rms(x)) over the hc*d streams,
 // pre = sigmoid(m*s0 + b) + eps, post = 2 sigmoid(m*s1 + b),
 // comb = Sinkhorn(softmax_row(m*s2 + b) + eps), and the collapsed input
 // sum_j pre_j x_j. Writes mix[t] = [pre(hc) | post(hc) | comb(hc*hc)] in f64.
@@ -27,61 +27,89 @@ __device__ __forceinline__ void hc_mixes(const float* xt, int width, const float
     __syncthreads();
 }
 
-// grid (n), block 256.
-extern "C" __global__ void hc_pre(const float* __restrict__ x, const float* __restrict__ fn,
-                                  const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
-                                  int iters, float hc_eps, float norm_eps, double* __restrict__ mix,
-                                  float* __restrict__ collapsed) {
-    __shared__ double mixes[(2 + HC_MAX) * HC_MAX];
+// Mixes m[t, j] = fn_j . x_t / rms(x_t), one block per (token, mix row):
+// grid (n, nm), block 256. Writes f64.
+extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const float* __restrict__ fn, int width,
+                                       float norm_eps, double* __restrict__ mixes) {
     __shared__ double red[32];
-    __shared__ double pre_s[HC_MAX];
-    const int t = blockIdx.x;
-    const int width = hc * d;
+    const int t = blockIdx.x, j = blockIdx.y, nm = gridDim.y;
     const float* xt = x + (size_t)t * width;
+    const float* f = fn + (size_t)j * width;
+    double ss = 0.0, dot = 0.0;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        ss = fma((double)xt[i], (double)xt[i], ss);
+        dot = fma((double)f[i], (double)xt[i], dot);
+    }
+    ss = block_sum(ss, red);
+    dot = block_sum(dot, red);
+    if (threadIdx.x == 0) mixes[(size_t)t * nm + j] = dot * (1.0 / sqrt(ss / (double)width + (double)norm_eps));
+}
+
+// From the mixes: pre, post and the Sinkhorn comb (one thread per comb
+// element, each sum in the CPU twin's order), then the collapsed input.
+// grid (n), block 256.
+extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __restrict__ mixes,
+                                  const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
+                                  int iters, float hc_eps, double* __restrict__ mix, float* __restrict__ collapsed) {
+    __shared__ double a[HC_MAX * HC_MAX];
+    __shared__ double b[HC_MAX * HC_MAX];
+    __shared__ double pre_s[HC_MAX];
+    const int t = blockIdx.x, tid = threadIdx.x;
     const int nmix = (2 + hc) * hc;
-    hc_mixes(xt, width, fn, nmix, norm_eps, mixes, red);
-    if (threadIdx.x == 0) {
-        double c[HC_MAX * HC_MAX];
-        double* out = mix + (size_t)t * nmix;
-        const double eps = hc_eps;
-        const double s0 = scale[0], s1 = scale[1], s2 = scale[2];
-        for (int j = 0; j < hc; j++) {
-            pre_s[j] = sigmoid_d(mixes[j] * s0 + (double)base[j]) + eps;
-            out[j] = pre_s[j];
-            out[hc + j] = 2.0 * sigmoid_d(mixes[hc + j] * s1 + (double)base[hc + j]);
-        }
-        for (int j = 0; j < hc; j++) {
-            double mx = -1e300;
-            for (int k = 0; k < hc; k++) {
-                c[j * hc + k] = mixes[2 * hc + j * hc + k] * s2 + (double)base[2 * hc + j * hc + k];
-                mx = fmax(mx, c[j * hc + k]);
-            }
-            double s = 0.0;
-            for (int k = 0; k < hc; k++) { c[j * hc + k] = exp(c[j * hc + k] - mx); s += c[j * hc + k]; }
-            for (int k = 0; k < hc; k++) c[j * hc + k] = c[j * hc + k] / s + eps;
-        }
-        for (int it = 0; it < iters; it++) {
-            if (it > 0) {
-                for (int j = 0; j < hc; j++) {
-                    double s = 0.0;
-                    for (int k = 0; k < hc; k++) s += c[j * hc + k];
-                    s += eps;
-                    for (int k = 0; k < hc; k++) c[j * hc + k] /= s;
-                }
-            }
-            for (int k = 0; k < hc; k++) {
-                double s = 0.0;
-                for (int j = 0; j < hc; j++) s += c[j * hc + k];
-                s += eps;
-                for (int j = 0; j < hc; j++) c[j * hc + k] /= s;
-            }
-        }
-        for (int i = 0; i < hc * hc; i++) out[2 * hc + i] = c[i];
+    const double* m = mixes + (size_t)t * nmix;
+    double* out = mix + (size_t)t * nmix;
+    const double eps = hc_eps;
+    const bool cell = tid < hc * hc;
+    const int j = tid / hc, k = tid % hc;
+    if (tid < hc) {
+        pre_s[tid] = sigmoid_d(m[tid] * (double)scale[0] + (double)base[tid]) + eps;
+        out[tid] = pre_s[tid];
+        out[hc + tid] = 2.0 * sigmoid_d(m[hc + tid] * (double)scale[1] + (double)base[hc + tid]);
+    }
+    if (cell) a[tid] = m[2 * hc + tid] * (double)scale[2] + (double)base[2 * hc + tid];
+    __syncthreads();
+    // row softmax + eps
+    if (cell) {
+        double mx = -1e300;
+        for (int q = 0; q < hc; q++) mx = fmax(mx, a[j * hc + q]);
+        b[tid] = exp(a[tid] - mx);
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    if (cell) {
+        double s = 0.0;
+        for (int q = 0; q < hc; q++) s += b[j * hc + q];
+        a[tid] = b[tid] / s + eps;
+    }
+    __syncthreads();
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            double v = 0.0;
+            if (cell) {
+                double s = 0.0;
+                for (int q = 0; q < hc; q++) s += a[j * hc + q];
+                s += eps;
+                v = a[tid] / s;
+            }
+            __syncthreads();
+            if (cell) a[tid] = v;
+            __syncthreads();
+        }
+        double v = 0.0;
+        if (cell) {
+            double s = 0.0;
+            for (int q = 0; q < hc; q++) s += a[q * hc + k];
+            s += eps;
+            v = a[tid] / s;
+        }
+        __syncthreads();
+        if (cell) a[tid] = v;
+        __syncthreads();
+    }
+    if (cell) out[2 * hc + tid] = a[tid];
+    const float* xt = x + (size_t)t * hc * d;
+    for (int i = tid; i < d; i += blockDim.x) {
         double acc = 0.0;
-        for (int j = 0; j < hc; j++) acc += pre_s[j] * (double)xt[(size_t)j * d + i];
+        for (int q = 0; q < hc; q++) acc += pre_s[q] * (double)xt[(size_t)q * d + i];
         collapsed[(size_t)t * d + i] = (float)acc;
     }
 }

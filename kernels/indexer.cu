@@ -7,22 +7,30 @@
 //   the lower index; -1 pads. The k-th largest score is found by a bitwise
 //   search on order-preserving 64-bit keys. grid (n), block 256.
 
+// grid (n, ceil(max visible / 32)), block 256 (8 warps, 4 entries each),
+// dynamic smem heads*di floats (the query) + heads floats (scaled weights).
 extern "C" __global__ void indexer_scores(const float* __restrict__ q, const float* __restrict__ w,
                                           const float* __restrict__ keys, int heads, int di, int ratio, int t0,
                                           int max_entries, float heads_sqrt, double* __restrict__ scores) {
+    extern __shared__ float qs[];
     const int t = blockIdx.x;
     const int p = t0 + t;
     const int visible = (p + 1) / ratio;
-    const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    const int s0 = blockIdx.y * 32;
+    if (s0 >= visible) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const double sm = 1.0 / sqrt((double)di);
-    const float* qt = q + (size_t)t * heads * di;
-    for (int s = warp; s < visible; s += nwarps) {
+    for (int i = threadIdx.x; i < heads * di; i += blockDim.x) qs[i] = q[(size_t)t * heads * di + i];
+    float* ws = qs + heads * di;
+    for (int h = threadIdx.x; h < heads; h += blockDim.x) ws[h] = __fdiv_rn(w[(size_t)t * heads + h], heads_sqrt);
+    __syncthreads();
+    const float* qt = qs;
+    for (int s = s0 + warp; s < min(s0 + 32, visible); s += 8) {
         const float* k = keys + (size_t)s * di;
         double total = 0.0;
         for (int h = 0; h < heads; h++) {
             const double dot = warp_dot(qt + (size_t)h * di, k, di);
-            const float wh = __fdiv_rn(w[(size_t)t * heads + h], heads_sqrt);
-            total += fmax(dot, 0.0) * sm * (double)wh;
+            total += fmax(dot, 0.0) * sm * (double)ws[h];
         }
         if (lane == 0) scores[(size_t)t * max_entries + s] = total;
     }

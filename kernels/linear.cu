@@ -1,48 +1,49 @@
 // linear.cu — y[t, j] = sum_k x[t, k] * W[row0 + j, k]   (CPU twin: cpu/ops/linear.rs)
 //
-// One warp per output row and a tile of up to 8 tokens: the warp decodes
-// each 8-wide weight chunk once and applies it to every token of the tile,
-// accumulating in f64 (the CPU twin's precision). Each output is reduced in
-// the order of warp_dot_row (lane chunks in order, then a fixed butterfly)
-// whatever the tile holds, so results do not depend on the batch.
+// One warp per output row and a tile of tokens: the warp reads each 16-byte
+// weight chunk once (two in flight) and applies it to every token of the
+// tile, accumulating in f64 (the CPU twin's precision). Each output is
+// reduced in the order of warp_dot_rows whatever the tile holds, so results
+// do not depend on the batch; decode (n = 1) uses a tile of one.
 //
-// grid (ceil(nrows / 4), ceil(n / 8)), block 128.
-#define LIN_TILE 8
+// grid (ceil(nrows / 4), ceil(n / tile)), block 128.
 
-extern "C" __global__ void linear_f32(Mat w, const float* __restrict__ x, int x_stride, float* __restrict__ y,
-                                      int y_stride, int n, int row0, int nrows) {
+template <int FMT, int NT>
+__device__ __forceinline__ void linear_tile(const Mat& w, const float* x, int x_stride, float* y, int y_stride, int n,
+                                            int row0, int nrows) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j = blockIdx.x * 4 + warp;
     if (j >= nrows) return;
-    const int r = row0 + j;
-    const int t0 = blockIdx.y * LIN_TILE;
-    const int nt = min(LIN_TILE, n - t0);
-    double acc[LIN_TILE];
-    #pragma unroll
-    for (int t = 0; t < LIN_TILE; t++) acc[t] = 0.0;
-    float wv[8];
-    for (int k = lane * 8; k < w.cols; k += 256) {
-        load8(w, r, k, wv);
+    const int t0 = blockIdx.y * NT;
+    const int nt = min(NT, n - t0);
+    double acc[NT];
+    warp_dot_rows<FMT, NT>(w, row0 + j, x + (size_t)t0 * x_stride, x_stride, nt, acc);
+    if (lane == 0) {
         #pragma unroll
-        for (int t = 0; t < LIN_TILE; t++) {
-            if (t < nt) {
-                const float* xr = x + (size_t)(t0 + t) * x_stride + k;
-                const float4 a = *(const float4*)xr;
-                const float4 b = *(const float4*)(xr + 4);
-                double s = acc[t];
-                s = fma((double)wv[0], (double)a.x, s); s = fma((double)wv[1], (double)a.y, s);
-                s = fma((double)wv[2], (double)a.z, s); s = fma((double)wv[3], (double)a.w, s);
-                s = fma((double)wv[4], (double)b.x, s); s = fma((double)wv[5], (double)b.y, s);
-                s = fma((double)wv[6], (double)b.z, s); s = fma((double)wv[7], (double)b.w, s);
-                acc[t] = s;
-            }
-        }
+        for (int t = 0; t < NT; t++)
+            if (t < nt) y[(size_t)(t0 + t) * y_stride + j] = (float)acc[t];
     }
-    #pragma unroll
-    for (int t = 0; t < LIN_TILE; t++) {
-        double v = acc[t];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        if (lane == 0 && t < nt) y[(size_t)(t0 + t) * y_stride + j] = (float)v;
+}
+
+template <int NT>
+__device__ __forceinline__ void linear_any(const Mat& w, const float* x, int x_stride, float* y, int y_stride, int n,
+                                           int row0, int nrows) {
+    switch (w.fmt) {
+        case FMT_BF16: linear_tile<FMT_BF16, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        case FMT_FP8: linear_tile<FMT_FP8, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        case FMT_FP4: linear_tile<FMT_FP4, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        default: linear_tile<FMT_F32, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
     }
+}
+
+// Tile of 8 tokens (prefill and chunks).
+extern "C" __global__ void linear_f32(Mat w, const float* __restrict__ x, int x_stride, float* __restrict__ y,
+                                      int y_stride, int n, int row0, int nrows) {
+    linear_any<8>(w, x, x_stride, y, y_stride, n, row0, nrows);
+}
+
+// Tile of one token (decode).
+extern "C" __global__ void linear_f32_t1(Mat w, const float* __restrict__ x, int x_stride, float* __restrict__ y,
+                                         int y_stride, int n, int row0, int nrows) {
+    linear_any<1>(w, x, x_stride, y, y_stride, n, row0, nrows);
 }

@@ -14,46 +14,82 @@
 // moe_combine: y[t] = sum_slot out[t*k + slot] + shared[t] (f64); grid (n, ceil(d/256)).
 // Routing weights are kept in f64 as the CPU twin keeps them.
 
+__device__ __forceinline__ double score_of(double l, int func, double mx, double z) {
+    if (func == 0) return sqrt(l > 20.0 ? l : log1p(exp(l)));
+    if (func == 1) return 1.0 / (1.0 + exp(-l));
+    return exp(l - mx) / z;
+}
+
+// grid (n), block 256; dynamic smem n_experts doubles.
 extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_experts, int k,
                                      const float* __restrict__ bias, const int* __restrict__ tid2eid,
                                      const int* __restrict__ tokens, int func, int norm, float scaling,
                                      int* __restrict__ idx, double* __restrict__ wts) {
-    if (threadIdx.x != 0) return;
-    const int t = blockIdx.x;
+    extern __shared__ double sc[];
+    __shared__ double red[32];
+    __shared__ double bv[32];
+    __shared__ int bi[32];
+    __shared__ int chosen[16];
+    const int t = blockIdx.x, tid = threadIdx.x;
     const float* l = logits + (size_t)t * n_experts;
     double mx = -1e300, z = 0.0;
     if (func == 2) {
-        for (int e = 0; e < n_experts; e++) mx = fmax(mx, (double)l[e]);
-        for (int e = 0; e < n_experts; e++) z += exp((double)l[e] - mx);
+        double m = -1e300;
+        for (int e = tid; e < n_experts; e += blockDim.x) m = fmax(m, (double)l[e]);
+        mx = block_max_d(m, red);
+        if (tid == 0) {
+            for (int e = 0; e < n_experts; e++) z += exp((double)l[e] - mx);
+            red[0] = z;
+        }
+        __syncthreads();
+        z = red[0];
+        __syncthreads();
     }
-    #define SCORE(e) (func == 0 ? sqrt((double)l[e] > 20.0 ? (double)l[e] : log1p(exp((double)l[e]))) \
-                    : func == 1 ? 1.0 / (1.0 + exp(-(double)l[e])) : exp((double)l[e] - mx) / z)
-    int chosen[16];
-    double w[16];
+    for (int e = tid; e < n_experts; e += blockDim.x) sc[e] = score_of((double)l[e], func, mx, z);
+    __syncthreads();
     if (tid2eid) {
-        for (int s = 0; s < k; s++) chosen[s] = tid2eid[(size_t)tokens[t] * k + s];
+        if (tid < k) chosen[tid] = tid2eid[(size_t)tokens[t] * k + tid];
     } else {
+        // k passes of a block argmax of score + bias, ties to the lower expert
         for (int s = 0; s < k; s++) {
-            int best = -1;
-            double bv = 0.0;
-            for (int e = 0; e < n_experts; e++) {
+            double best = -1e300;
+            int besti = 0x7fffffff;
+            for (int e = tid; e < n_experts; e += blockDim.x) {
                 bool taken = false;
                 for (int q = 0; q < s; q++) taken |= chosen[q] == e;
                 if (taken) continue;
-                const double v = SCORE(e) + (bias ? (double)bias[e] : 0.0);
-                if (best < 0 || v > bv) { best = e; bv = v; }
+                const double v = sc[e] + (bias ? (double)bias[e] : 0.0);
+                if (v > best || (v == best && e < besti)) { best = v; besti = e; }
             }
-            chosen[s] = best;
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                const double ov = __shfl_xor_sync(0xffffffffu, best, o);
+                const int oi = __shfl_xor_sync(0xffffffffu, besti, o);
+                if (ov > best || (ov == best && oi < besti)) { best = ov; besti = oi; }
+            }
+            if ((tid & 31) == 0) { bv[tid >> 5] = best; bi[tid >> 5] = besti; }
+            __syncthreads();
+            if (tid == 0) {
+                double b = bv[0];
+                int i = bi[0];
+                for (int w = 1; w < (int)(blockDim.x >> 5); w++)
+                    if (bv[w] > b || (bv[w] == b && bi[w] < i)) { b = bv[w]; i = bi[w]; }
+                chosen[s] = i;
+            }
+            __syncthreads();
         }
     }
-    double sum = 0.0;
-    for (int s = 0; s < k; s++) { w[s] = SCORE(chosen[s]); sum += w[s]; }
-    for (int s = 0; s < k; s++) {
-        const double v = norm ? w[s] / (sum + 1e-20) : w[s];
-        idx[(size_t)t * k + s] = chosen[s];
-        wts[(size_t)t * k + s] = v * (double)scaling;
+    __syncthreads();
+    if (tid == 0) {
+        double w[16];
+        double sum = 0.0;
+        for (int s = 0; s < k; s++) { w[s] = sc[chosen[s]]; sum += w[s]; }
+        for (int s = 0; s < k; s++) {
+            const double v = norm ? w[s] / (sum + 1e-20) : w[s];
+            idx[(size_t)t * k + s] = chosen[s];
+            wts[(size_t)t * k + s] = v * (double)scaling;
+        }
     }
-    #undef SCORE
 }
 
 // As the CPU twin: clamps in f32, the rest in f64, one rounding.

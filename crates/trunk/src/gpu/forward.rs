@@ -488,7 +488,9 @@ impl Dsv4Gpu {
         row0: usize,
         nrows: usize,
     ) -> Result<()> {
-        launch!(g, "linear_f32", Gpu::cfg((nrows.div_ceil(4) as u32, n.div_ceil(8) as u32, 1), 128, 0);
+        // a tile of one token for decode, eight otherwise; the same sums either way
+        let (kernel, tile) = if n == 1 { ("linear_f32_t1", 1) } else { ("linear_f32", 8) };
+        launch!(g, kernel, Gpu::cfg((nrows.div_ceil(4) as u32, n.div_ceil(tile) as u32, 1), 128, 0);
             w.arg, x, x_stride as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
         Ok(())
     }
@@ -502,11 +504,15 @@ impl Dsv4Gpu {
         Ok(())
     }
 
-    pub(super) fn hc_pre(&self, g: &Gpu, hc: &DevHc, x: u64, mix: u64, out: u64, n: usize) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn hc_pre(&self, g: &Gpu, hc: &DevHc, x: u64, mixes: u64, mix: u64, out: u64, n: usize) -> Result<()> {
         let c = &self.config;
+        let nmix = (2 + c.hc_mult) * c.hc_mult;
+        launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, nmix as u32, 1), 256, 0);
+            x, hc.fn_.ptr, (c.hc_mult * c.hidden_size) as i32, c.rms_norm_eps as f32, mixes);
         launch!(g, "hc_pre", Gpu::cfg((n as u32, 1, 1), 256, 0);
-            x, hc.fn_.ptr, hc.base.ptr, hc.scale.ptr, c.hc_mult as i32, c.hidden_size as i32,
-            c.hc_sinkhorn_iters as i32, c.hc_eps as f32, c.rms_norm_eps as f32, mix, out);
+            x, mixes, hc.base.ptr, hc.scale.ptr, c.hc_mult as i32, c.hidden_size as i32,
+            c.hc_sinkhorn_iters as i32, c.hc_eps as f32, mix, out);
         Ok(())
     }
 
@@ -518,14 +524,14 @@ impl Dsv4Gpu {
         let sc = &st.scratch[si];
         // attention site
         self.mark(si, "hc")?;
-        self.hc_pre(g, &dl.hc_attn, sc.x.ptr, sc.mix.ptr, sc.h.ptr, n)?;
+        self.hc_pre(g, &dl.hc_attn, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.norm(g, sc.h.ptr, dl.attn_norm.ptr, n, d)?;
         self.attention(st, si, l, dl, n, t0)?;
         let sc = &st.scratch[si];
         self.mark(si, "hc")?;
         launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); sc.x.ptr, sc.a.ptr, sc.mix.ptr, hc as i32, d as i32);
         // ffn site
-        self.hc_pre(g, &dl.hc_ffn, sc.x.ptr, sc.mix.ptr, sc.h.ptr, n)?;
+        self.hc_pre(g, &dl.hc_ffn, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.norm(g, sc.h.ptr, dl.ffn_norm.ptr, n, d)?;
         self.moe(st, si, l, dl, n)?;
         let sc = &st.scratch[si];

@@ -98,7 +98,9 @@ impl Dsv4Gpu {
             }
             self.lin(g, wp, sc.h.ptr, sc.iw.ptr, n)?;
             let me = sc.max_entries;
-            launch!(g, "indexer_scores", Gpu::cfg((n as u32, 1, 1), 256, 0);
+            let vis_max = (t0 + n) / ratio;
+            let smem = ((hi * di + hi) * 4) as u32;
+            launch!(g, "indexer_scores", Gpu::cfg((n as u32, vis_max.div_ceil(32).max(1) as u32, 1), 256, smem);
                 sc.iq.ptr, sc.iw.ptr, eb, hi as i32, di as i32, ratio as i32, t0 as i32, me as i32,
                 (hi as f32).sqrt(), sc.scores.ptr);
             launch!(g, "indexer_topk", Gpu::cfg((n as u32, 1, 1), 256, 0);
@@ -111,7 +113,8 @@ impl Dsv4Gpu {
         self.mark(si, "attn.core")?;
         let kv_ring = &st.kv.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
-        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), 128, (max_keys * 8) as u32);
+        let ablock = (hd.div_ceil(32) * 32).clamp(128, 512) as u32;
+        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), ablock, (max_keys * 8) as u32);
             sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), sc.attn.ptr);
         launch!(g, "ring_append", Gpu::cfg((n.min(kv_ring.rows) as u32, 1, 1), 256, 0);
@@ -142,7 +145,7 @@ impl Dsv4Gpu {
             ScoringFunc::Sigmoid => 1,
             ScoringFunc::Softmax => 2,
         };
-        launch!(g, "moe_route", Gpu::cfg((n as u32, 1, 1), 32, 0);
+        launch!(g, "moe_route", Gpu::cfg((n as u32, 1, 1), 256, (ne * 8) as u32);
             sc.rlogits.ptr, ne as i32, k as i32, dl.bias.as_ref().map_or(0, |b| b.ptr),
             dl.tid2eid.as_ref().map_or(0, |b| b.ptr), sc.tokens.ptr, func, c.norm_topk_prob as i32,
             c.routed_scaling_factor as f32, sc.ridx.ptr, sc.rwts.ptr);

@@ -24,6 +24,8 @@ pub const SOURCES: &[(&str, &str)] = &[
 /// Every kernel entry point the engine launches.
 pub const KERNELS: &[&str] = &[
     "linear_f32",
+    "linear_f32_t1",
+    "hc_mix_rows",
     "rms_norm_f32",
     "embed_rows",
     "hc_pre",

@@ -15,6 +15,7 @@ pub struct Scratch {
     pub tokens: Buf<i32>,
     pub x: Buf<f32>,
     pub mix: Buf<f64>,
+    pub mixes: Buf<f64>,
     pub h: Buf<f32>,
     pub hq: Buf<f32>,
     pub qr: Buf<f32>,
@@ -82,7 +83,7 @@ impl ScratchDims {
     pub fn elements(&self, w: usize) -> usize {
         let per_token = 1
             + self.hc * self.d
-            + 2 * (2 + self.hc) * self.hc
+            + 4 * (2 + self.hc) * self.hc
             + 2 * self.d
             + 2 * self.q_lora
             + 2 * self.heads_x_hd
@@ -116,6 +117,7 @@ impl ScratchDims {
             tokens: i(w)?,
             x: f(w * self.hc * self.d)?,
             mix: dd(w * (2 + self.hc) * self.hc)?,
+            mixes: dd(w * (2 + self.hc) * self.hc)?,
             h: f(w * self.d)?,
             hq: f(w * self.d)?,
             qr: f(w * self.q_lora)?,

@@ -40,7 +40,20 @@ pub struct DevMat {
 
 impl DevMat {
     pub fn upload(gpu: &Gpu, m: &Matrix) -> Result<DevMat> {
+        // the kernels read rows in 16-byte chunks: a format whose row is not a
+        // whole number of chunks goes up as F32 (exact)
+        let whole = match &m.format {
+            MatFormat::F32 => m.cols % 4 == 0,
+            MatFormat::BF16 => m.cols % 8 == 0,
+            MatFormat::Fp8 { .. } => m.cols % 16 == 0,
+            MatFormat::Fp4 { .. } | MatFormat::Mxfp4 => m.cols % 32 == 0,
+            _ => true,
+        };
+        if m.cols % 4 != 0 {
+            anyhow::bail!("a {}x{} weight: the GPU kernels need rows of a multiple of 4 values", m.rows, m.cols);
+        }
         let (bytes, scales, fmt): (Vec<u8>, Option<Vec<u8>>, i32) = match &m.format {
+            _ if !whole => (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None, FMT_F32),
             MatFormat::F32 => (m.data.to_vec(), None, FMT_F32),
             MatFormat::BF16 => (m.data.to_vec(), None, FMT_BF16),
             MatFormat::Fp8 { scales, block } => {
