@@ -99,10 +99,13 @@ __device__ __forceinline__ void load8(const Mat& m, int r, int k, float* w) {
 }
 
 // Weight rows are read in 16-byte chunks: 4 F32, 8 BF16, 16 FP8 or 32 FP4
-// values. Lane l of a warp takes chunks l, l+32, l+64, ... of a row, two
-// chunks in flight at a time, accumulating in f64; then a fixed butterfly.
-// The order depends only on the row length, never on how many tokens share
-// the weights.
+// values. The warps of a block each own one row; the block walks the
+// columns in slices of 32 chunks, lane l taking chunk l of each slice (the
+// next slice's chunk is loaded before the current one is used). The
+// activations of the slice are staged in shared memory first, coalesced,
+// one padding word per chunk so that lanes read without bank conflicts.
+// Sums are f64; the order depends only on the row length, never on how
+// many tokens share the weights.
 
 template <int FMT> struct Fmt;
 template <> struct Fmt<FMT_F32> { static const int E = 4; };
@@ -135,62 +138,51 @@ __device__ __forceinline__ void decode_chunk(const Mat& m, int r, int ci, const 
     }
 }
 
-template <int FMT>
-__device__ __forceinline__ const uint4* row_chunks(const Mat& m, int r) {
-    const int E = Fmt<FMT>::E;
-    return (const uint4*)m.data + (size_t)r * (m.cols / E);
-}
+// Shared floats block_dot_rows needs for NT tokens.
+#define DOT_SMEM(E, NT) ((NT) * 32 * ((E) + 1))
 
-// Dot products of weight row r with NT token vectors x + t*x_stride, by one
-// warp, in f64. Returns each full sum in every lane.
+// Dot products of row r (warp-owned; `active` false for warps past the
+// last row, which still help stage) with NT token vectors x + t*x_stride,
+// nt of them real. xs: shared, DOT_SMEM(E, NT) floats. Every lane of an
+// active warp gets each full sum.
 template <int FMT, int NT>
-__device__ __forceinline__ void warp_dot_rows(const Mat& m, int r, const float* x, int x_stride, int nt, double* acc) {
+__device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active, const float* x, int x_stride, int nt,
+                                               double* acc, float* xs) {
     const int E = Fmt<FMT>::E;
     const int lane = threadIdx.x & 31;
     const int nch = m.cols / E;
-    const uint4* rc = row_chunks<FMT>(m, r);
+    const uint4* rc = (const uint4*)m.data + (size_t)r * nch;
+    const int row_words = 32 * (E + 1);
     #pragma unroll
     for (int t = 0; t < NT; t++) acc[t] = 0.0;
     float w[E];
-    int ci = lane;
-    for (; ci + 32 < nch; ci += 64) {
-        const uint4 c0 = rc[ci];
-        const uint4 c1 = rc[ci + 32];
-        decode_chunk<FMT>(m, r, ci, c0, w);
-        #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t < nt) {
-                const float* xr = x + (size_t)t * x_stride + ci * E;
-                double a = acc[t];
-                #pragma unroll
-                for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
-                acc[t] = a;
+    uint4 cur = make_uint4(0, 0, 0, 0);
+    if (active && lane < nch) cur = rc[lane];
+    for (int base = 0; base < nch; base += 32) {
+        const int ci = base + lane;
+        uint4 next = make_uint4(0, 0, 0, 0);
+        if (active && ci + 32 < nch) next = rc[ci + 32];
+        __syncthreads();
+        const int k0 = base * E, len = min(32 * E, m.cols - k0);
+        for (int i = threadIdx.x; i < NT * 32 * E; i += blockDim.x) {
+            const int t = i / (32 * E), e = i % (32 * E);
+            if (t < nt && e < len) xs[t * row_words + e + e / E] = x[(size_t)t * x_stride + k0 + e];
+        }
+        __syncthreads();
+        if (active && ci < nch) {
+            decode_chunk<FMT>(m, r, ci, cur, w);
+            #pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < nt) {
+                    const float* xr = xs + t * row_words + lane * (E + 1);
+                    double a = acc[t];
+                    #pragma unroll
+                    for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
+                    acc[t] = a;
+                }
             }
         }
-        decode_chunk<FMT>(m, r, ci + 32, c1, w);
-        #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t < nt) {
-                const float* xr = x + (size_t)t * x_stride + (ci + 32) * E;
-                double a = acc[t];
-                #pragma unroll
-                for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
-                acc[t] = a;
-            }
-        }
-    }
-    if (ci < nch) {
-        decode_chunk<FMT>(m, r, ci, rc[ci], w);
-        #pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t < nt) {
-                const float* xr = x + (size_t)t * x_stride + ci * E;
-                double a = acc[t];
-                #pragma unroll
-                for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
-                acc[t] = a;
-            }
-        }
+        cur = next;
     }
     #pragma unroll
     for (int t = 0; t < NT; t++) {
@@ -201,14 +193,14 @@ __device__ __forceinline__ void warp_dot_rows(const Mat& m, int r, const float* 
     }
 }
 
-// One token's dot with row r, whatever the format.
-__device__ __forceinline__ double warp_dot_row(const Mat& m, int r, const float* x) {
+// One token's dot with row r, whatever the format (block-cooperative).
+__device__ __forceinline__ double block_dot_row(const Mat& m, int r, bool active, const float* x, float* xs) {
     double a[1];
     switch (m.fmt) {
-        case FMT_BF16: warp_dot_rows<FMT_BF16, 1>(m, r, x, 0, 1, a); break;
-        case FMT_FP8: warp_dot_rows<FMT_FP8, 1>(m, r, x, 0, 1, a); break;
-        case FMT_FP4: warp_dot_rows<FMT_FP4, 1>(m, r, x, 0, 1, a); break;
-        default: warp_dot_rows<FMT_F32, 1>(m, r, x, 0, 1, a); break;
+        case FMT_BF16: block_dot_rows<FMT_BF16, 1>(m, r, active, x, 0, 1, a, xs); break;
+        case FMT_FP8: block_dot_rows<FMT_FP8, 1>(m, r, active, x, 0, 1, a, xs); break;
+        case FMT_FP4: block_dot_rows<FMT_FP4, 1>(m, r, active, x, 0, 1, a, xs); break;
+        default: block_dot_rows<FMT_F32, 1>(m, r, active, x, 0, 1, a, xs); break;
     }
     return a[0];
 }

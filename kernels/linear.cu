@@ -1,38 +1,41 @@
 // linear.cu — y[t, j] = sum_k x[t, k] * W[row0 + j, k]   (CPU twin: cpu/ops/linear.rs)
 //
 // One warp per output row and a tile of tokens: the warp reads each 16-byte
-// weight chunk once (two in flight) and applies it to every token of the
-// tile, accumulating in f64 (the CPU twin's precision). Each output is
-// reduced in the order of warp_dot_rows whatever the tile holds, so results
-// do not depend on the batch; decode (n = 1) uses a tile of one.
+// weight chunk once and applies it to every token of the tile (activations
+// staged in shared memory), accumulating in f64 (the CPU twin's precision).
+// Each output is reduced in the order of block_dot_rows whatever the tile
+// holds, so results do not depend on the batch; decode (n = 1) uses a tile
+// of one.
 //
 // grid (ceil(nrows / 4), ceil(n / tile)), block 128.
 
 template <int FMT, int NT>
 __device__ __forceinline__ void linear_tile(const Mat& w, const float* x, int x_stride, float* y, int y_stride, int n,
-                                            int row0, int nrows) {
+                                            int row0, int nrows, float* xs) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j = blockIdx.x * 4 + warp;
-    if (j >= nrows) return;
+    const bool active = j < nrows;
     const int t0 = blockIdx.y * NT;
     const int nt = min(NT, n - t0);
     double acc[NT];
-    warp_dot_rows<FMT, NT>(w, row0 + j, x + (size_t)t0 * x_stride, x_stride, nt, acc);
-    if (lane == 0) {
+    block_dot_rows<FMT, NT>(w, row0 + (active ? j : 0), active, x + (size_t)t0 * x_stride, x_stride, nt, acc, xs);
+    if (active && lane == 0) {
         #pragma unroll
         for (int t = 0; t < NT; t++)
             if (t < nt) y[(size_t)(t0 + t) * y_stride + j] = (float)acc[t];
     }
 }
 
+// One shared buffer, sized for the widest chunk (FP4), serves every format.
 template <int NT>
 __device__ __forceinline__ void linear_any(const Mat& w, const float* x, int x_stride, float* y, int y_stride, int n,
                                            int row0, int nrows) {
+    __shared__ float xs[DOT_SMEM(32, NT)];
     switch (w.fmt) {
-        case FMT_BF16: linear_tile<FMT_BF16, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
-        case FMT_FP8: linear_tile<FMT_FP8, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
-        case FMT_FP4: linear_tile<FMT_FP4, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
-        default: linear_tile<FMT_F32, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        case FMT_BF16: linear_tile<FMT_BF16, NT>(w, x, x_stride, y, y_stride, n, row0, nrows, xs); break;
+        case FMT_FP8: linear_tile<FMT_FP8, NT>(w, x, x_stride, y, y_stride, n, row0, nrows, xs); break;
+        case FMT_FP4: linear_tile<FMT_FP4, NT>(w, x, x_stride, y, y_stride, n, row0, nrows, xs); break;
+        default: linear_tile<FMT_F32, NT>(w, x, x_stride, y, y_stride, n, row0, nrows, xs); break;
     }
 }
 

@@ -103,27 +103,29 @@ extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat
                                           const float* __restrict__ x, int d, const int* __restrict__ idx,
                                           const double* __restrict__ wts, int k, const int* __restrict__ pairs,
                                           float lim, int inter, float* __restrict__ h) {
+    __shared__ float xs[DOT_SMEM(32, 1)];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int i = blockIdx.x * 4 + warp;
-    if (i >= inter) return;
+    const bool active = i < inter;
     const int pair = pairs[blockIdx.y];
     const int t = pair / k;
     const int e = idx[pair];
     const float* xt = x + (size_t)t * d;
-    const float g = (float)warp_dot_row(w1s[e], i, xt);
-    const float u = (float)warp_dot_row(w3s[e], i, xt);
-    if (lane == 0) h[(size_t)pair * inter + i] = swiglu(g, u, lim, wts[pair]);
+    const float g = (float)block_dot_row(w1s[e], active ? i : 0, active, xt, xs);
+    const float u = (float)block_dot_row(w3s[e], active ? i : 0, active, xt, xs);
+    if (active && lane == 0) h[(size_t)pair * inter + i] = swiglu(g, u, lim, wts[pair]);
 }
 
 extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float* __restrict__ h, int inter,
                                        const int* __restrict__ idx, const int* __restrict__ pairs, int d,
                                        float* __restrict__ out) {
+    __shared__ float xs[DOT_SMEM(32, 1)];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int j = blockIdx.x * 4 + warp;
-    if (j >= d) return;
+    const bool active = j < d;
     const int pair = pairs[blockIdx.y];
-    const double v = warp_dot_row(w2s[idx[pair]], j, h + (size_t)pair * inter);
-    if (lane == 0) out[(size_t)pair * d + j] = (float)v;
+    const double v = block_dot_row(w2s[idx[pair]], active ? j : 0, active, h + (size_t)pair * inter, xs);
+    if (active && lane == 0) out[(size_t)pair * d + j] = (float)v;
 }
 
 // Shared expert middle: h = swiglu(g, u) with weight 1, elementwise over n*inter.

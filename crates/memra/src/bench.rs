@@ -109,7 +109,7 @@ fn roofline(a: &Args) -> Result<()> {
     }
     let n: usize = a.parsed_or("prefill", 4096)?;
     if n > 0 {
-        cases.push(prefill_case(&gpu, &ceil, n, 3)?);
+        cases.push(prefill_case(&gpu, &ceil, n, 2)?);
     }
     println!(
         "{:<22} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7}",
