@@ -44,3 +44,20 @@ fn chunked_and_stepwise_match_full_forward() {
         assert_eq!(max_rel, 0.0, "{variant}: chunked vs full differ (max rel {max_rel})");
     }
 }
+
+#[test]
+fn moe_arms_give_identical_bits() {
+    use trunk::cpu::ops::moe::MoeArm;
+    for variant in [Variant::Exact, Variant::Fp8] {
+        let mut o = tiny(variant);
+        let toks = prompt(48);
+        let v = o.weights.config.vocab_size;
+        let mut s = o.new_state(48);
+        let a = o.forward(&mut s, &toks, Logits::All).unwrap();
+        o.moe = MoeArm::Fused;
+        let mut s = o.new_state(48);
+        let b = o.forward(&mut s, &toks, Logits::All).unwrap();
+        assert_eq!(a.len(), 48 * v);
+        assert!(a == b, "{variant}: fused and per-expert MoE differ");
+    }
+}

@@ -49,6 +49,8 @@ pub struct CpuOracle {
     rope_compress: Rope,
     /// Keep each layer's residual streams in `LayerStat` (debugging aid).
     pub capture_residuals: bool,
+    /// How the routed experts are scheduled (identical bits either way).
+    pub moe: crate::cpu::ops::moe::MoeArm,
 }
 
 impl CpuOracle {
@@ -61,6 +63,7 @@ impl CpuOracle {
             weights,
             variant,
             capture_residuals: false,
+            moe: Default::default(),
         }
     }
 
@@ -137,7 +140,7 @@ impl CpuOracle {
             let mut h: Vec<f32> =
                 (0..n).flat_map(|i| collapse(&mixes[i].pre, &x[i * hc * d..(i + 1) * hc * d], d)).collect();
             rms_norm(&mut h, d, Some(&lw.ffn_norm), eps);
-            let (m, _) = moe_forward(cfg, &lw.ffn, &h, tokens, self.variant);
+            let (m, _) = moe_forward(cfg, &lw.ffn, &h, tokens, self.variant, self.moe);
             for i in 0..n {
                 hc_post(&mixes[i], &m[i * d..(i + 1) * d], &mut x[i * hc * d..(i + 1) * hc * d], d);
             }

@@ -16,32 +16,12 @@ use super::profile::ProfileCell;
 use super::state::{GpuState, ScratchDims};
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
 use crate::config::Dsv4Config;
+pub use crate::cpu::ops::moe::MoeArm;
 use crate::cpu::ops::rope::Rope;
 use crate::cpu::{Logits, Variant};
 use crate::launch;
 use crate::state::Dsv4StateLayout;
 use crate::weights::Dsv4Weights;
-
-/// How the routed experts are launched; both arms give identical bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum MoeArm {
-    /// All selected experts of all tokens in one launch per projection.
-    #[default]
-    Fused,
-    /// One launch per expert over the tokens routed to it (routes read back).
-    PerExpert,
-}
-
-impl std::str::FromStr for MoeArm {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "fused" => Ok(MoeArm::Fused),
-            "per-expert" => Ok(MoeArm::PerExpert),
-            _ => bail!("unknown MoE arm `{s}` (fused or per-expert)"),
-        }
-    }
-}
 
 /// A deliberate fault, for testing that the gates catch real bugs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

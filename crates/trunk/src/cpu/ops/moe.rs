@@ -8,10 +8,35 @@
 //! `h = silu(g) u * weight`, `y = h W2` (the routing weight multiplies before
 //! the down projection, as the reference does).
 
+use anyhow::bail;
+
 use super::linear::linear;
 use super::quant::Variant;
 use crate::config::{Dsv4Config, ScoringFunc};
 use crate::weights::model::{ExpertWeights, MoeWeights};
+
+/// How the routed experts are scheduled: all selected experts of a token
+/// together (fused; on the GPU one launch per projection), or one expert at a
+/// time over the tokens routed to it. Both arms give identical bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MoeArm {
+    /// Token-major: each token's selected experts together.
+    #[default]
+    Fused,
+    /// Expert-major: each expert over the tokens routed to it.
+    PerExpert,
+}
+
+impl std::str::FromStr for MoeArm {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        match s {
+            "fused" => Ok(MoeArm::Fused),
+            "per-expert" => Ok(MoeArm::PerExpert),
+            _ => bail!("unknown MoE arm `{s}` (fused or per-expert)"),
+        }
+    }
+}
 
 /// The experts and weights of one token.
 #[derive(Clone, Debug, PartialEq)]
@@ -101,6 +126,7 @@ pub fn moe_forward(
     x: &[f32],
     tokens: &[u32],
     variant: Variant,
+    arm: MoeArm,
 ) -> (Vec<f32>, Vec<Route>) {
     let n = tokens.len();
     let d = cfg.hidden_size;
@@ -111,16 +137,31 @@ pub fn moe_forward(
     // contributions per (token, slot), summed in slot order in f64
     let mut acc = vec![0.0f64; n * d];
     let shared = expert_forward(&w.shared, x, n, &vec![1.0; n], limit, variant);
-    // group rows by expert
-    let mut by_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); w.experts.len()];
-    for (i, r) in routes.iter().enumerate() {
-        for (slot, &e) in r.experts.iter().enumerate() {
-            by_expert[e].push((i, slot));
+    // work items: (expert, its rows); expert-major groups rows per expert,
+    // token-major keeps every (token, slot) on its own
+    let mut by_expert: Vec<(usize, Vec<(usize, usize)>)> = Vec::new();
+    match arm {
+        MoeArm::PerExpert => {
+            let mut g: Vec<Vec<(usize, usize)>> = vec![Vec::new(); w.experts.len()];
+            for (i, r) in routes.iter().enumerate() {
+                for (slot, &e) in r.experts.iter().enumerate() {
+                    g[e].push((i, slot));
+                }
+            }
+            by_expert.extend(g.into_iter().enumerate());
+        }
+        MoeArm::Fused => {
+            for (i, r) in routes.iter().enumerate() {
+                for (slot, &e) in r.experts.iter().enumerate() {
+                    by_expert.push((e, vec![(i, slot)]));
+                }
+            }
         }
     }
     let k = cfg.num_experts_per_tok;
     let mut per_slot = vec![0.0f32; n * k * d];
-    for (e, rows) in by_expert.iter().enumerate() {
+    for (e, rows) in by_expert.iter() {
+        let e = *e;
         if rows.is_empty() {
             continue;
         }
