@@ -43,13 +43,13 @@ impl DevMat {
         // the kernels read rows in 16-byte chunks: a format whose row is not a
         // whole number of chunks goes up as F32 (exact)
         let whole = match &m.format {
-            MatFormat::F32 => m.cols % 4 == 0,
-            MatFormat::BF16 => m.cols % 8 == 0,
-            MatFormat::Fp8 { .. } => m.cols % 16 == 0,
-            MatFormat::Fp4 { .. } | MatFormat::Mxfp4 => m.cols % 32 == 0,
+            MatFormat::F32 => m.cols.is_multiple_of(4),
+            MatFormat::BF16 => m.cols.is_multiple_of(8),
+            MatFormat::Fp8 { .. } => m.cols.is_multiple_of(16),
+            MatFormat::Fp4 { .. } | MatFormat::Mxfp4 => m.cols.is_multiple_of(32),
             _ => true,
         };
-        if m.cols % 4 != 0 {
+        if !m.cols.is_multiple_of(4) {
             anyhow::bail!("a {}x{} weight: the GPU kernels need rows of a multiple of 4 values", m.rows, m.cols);
         }
         let (bytes, scales, fmt): (Vec<u8>, Option<Vec<u8>>, i32) = match &m.format {
