@@ -243,6 +243,10 @@ impl StateStore for DeviceState {
         self.classes[class].written
     }
 
+    fn truncate(&mut self, class: usize, written: u64) -> Result<(), StateError> {
+        crate::state::rewind_counter(&self.layout.classes[class].name, &mut self.classes[class].written, written)
+    }
+
     fn read_live(&self, class: usize, out: &mut [u8]) -> Result<(), StateError> {
         let spec = &self.layout.classes[class];
         let c = &self.classes[class];

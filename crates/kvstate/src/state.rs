@@ -31,6 +31,11 @@ pub trait StateStore {
     /// first, from `rows`.
     fn write_live(&mut self, class: usize, written: u64, rows: &[u8]) -> Result<(), StateError>;
 
+    /// Forget the newest rows of class `i`, down to stream counter `written`
+    /// (a rollback). Rows still physically present become live again, so the
+    /// caller must not rewind a ring past its slack.
+    fn truncate(&mut self, class: usize, written: u64) -> Result<(), StateError>;
+
     /// Rows allocated for class `i` at this state's capacity.
     fn rows(&self, class: usize) -> usize {
         self.layout().classes[class].rule.rows_for(self.capacity())
@@ -52,6 +57,18 @@ pub(crate) fn live_rows(spec: &ClassSpec, rows: usize, written: u64) -> usize {
         CapacityRule::Ring { .. } => (written.min(rows as u64)) as usize,
         CapacityRule::Grows { .. } | CapacityRule::Fixed { .. } => written as usize,
     }
+}
+
+/// Move a stream counter back (never forward).
+pub(crate) fn rewind_counter(name: &str, counter: &mut u64, written: u64) -> Result<(), StateError> {
+    if written > *counter {
+        return Err(StateError::Format(format!(
+            "class `{name}`: cannot rewind forward from {} to {written} rows",
+            *counter
+        )));
+    }
+    *counter = written;
+    Ok(())
 }
 
 /// The physical slot of stream row `index` in a class of `rows` rows.
@@ -155,15 +172,6 @@ impl HostState {
         Ok(())
     }
 
-    /// Forget the newest rows of a class, down to `written` (rows still
-    /// physically present stay valid; the caller guarantees a ring was not
-    /// wrapped over the rows that become live again).
-    pub fn truncate(&mut self, class: usize, written: u64) {
-        let c = &mut self.classes[class];
-        assert!(written <= c.written);
-        c.written = written;
-    }
-
     pub fn class(&self, class: usize) -> &HostClass {
         &self.classes[class]
     }
@@ -189,6 +197,10 @@ impl StateStore for HostState {
     }
     fn written(&self, class: usize) -> u64 {
         self.classes[class].written
+    }
+
+    fn truncate(&mut self, class: usize, written: u64) -> Result<(), StateError> {
+        rewind_counter(&self.layout.classes[class].name, &mut self.classes[class].written, written)
     }
 
     fn read_live(&self, class: usize, out: &mut [u8]) -> Result<(), StateError> {

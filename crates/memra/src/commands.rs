@@ -55,17 +55,33 @@ fn load(a: &Args) -> Result<(LoadedModel, CpuOracle)> {
 
 const GENERATE_HELP: &str = "memra generate [--model DIR|FILE.gguf] [--prompt TEXT | --tokens FILE] [--max-tokens N]
                 [--json] [--variant exact|fp8] [--experts native|bf16] [--backend cpu|gpu] [--devices 0,1]
+                [--moe fused|per-expert] [--drafter LIB.so [--drafter-options JSON|@FILE]
+                 [--ceiling N] [--schedule confidence|fixed]]
 
 Greedy decoding. Without --model it runs the embedded tiny synthetic model
 (generated in memory, seed 0), so it works on a fresh machine. Prints the
 text (stdout) and tokens/s (stderr); --json prints one object with
 `tokens`, `text`, `tokens_per_s`.
+
+With --drafter, decoding is speculative and greedy: the drafter plugin
+(loaded at run time) proposes up to --ceiling tokens (default 5), the target
+verifies them in one batched pass and keeps the longest agreeing prefix plus
+its own next token, so the output equals plain greedy decoding. The verify
+length per step comes from the confidence scheduler (the DSpark paper's
+Algorithm 1, with the target's steps per second profiled at start) or is
+fixed. --drafter-options @FILE reads the options from a file; a bank file
+becomes {\"trajectory\": prompt + tokens} for the replay drafter. Reports
+mean accepted length and per-position acceptance (--json: `mean_accepted`,
+`acceptance_by_position`).
 ";
 
 pub fn generate(argv: &[String]) -> Result<()> {
     let a = Args::parse(
         argv,
-        &["model", "prompt", "tokens", "max-tokens", "variant", "experts", "backend", "devices", "moe"],
+        &[
+            "model", "prompt", "tokens", "max-tokens", "variant", "experts", "backend", "devices", "moe", "drafter",
+            "drafter-options", "ceiling", "schedule",
+        ],
         &["json", "no-stop"],
     )?;
     if a.help {
@@ -80,6 +96,9 @@ pub fn generate(argv: &[String]) -> Result<()> {
     };
     let max_new: usize = a.parsed_or("max-tokens", 32)?;
     let stop = if a.flag("no-stop") { None } else { model.config().eos_token_id };
+    if let Some(path) = a.path("drafter") {
+        return generate_speculative(&a, &model, &oracle, &prompt, max_new, stop, &path);
+    }
     let (g, backend) = if gpu_backend(&a)? {
         let gpu = load_gpu(&a, &model, oracle.variant)?;
         (greedy_gpu(&gpu, &prompt, max_new, stop)?, format!("gpu {:?}", gpu.devices()))
@@ -110,6 +129,112 @@ pub fn generate(argv: &[String]) -> Result<()> {
             g.prefill_seconds + g.decode_seconds,
             g.tokens_per_s(),
             g.prefill_seconds
+        );
+    }
+    Ok(())
+}
+
+fn drafter_options(a: &Args) -> Result<Option<String>> {
+    let Some(o) = a.get("drafter-options") else { return Ok(None) };
+    let Some(file) = o.strip_prefix('@') else { return Ok(Some(o.to_string())) };
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+    let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{file}: not JSON"))?;
+    if let (Some(p), Some(t)) = (v.get("prompt").and_then(|x| x.as_array()), v.get("tokens").and_then(|x| x.as_array())) {
+        let traj: Vec<serde_json::Value> = p.iter().chain(t).cloned().collect();
+        return Ok(Some(json!({ "trajectory": traj }).to_string()));
+    }
+    Ok(Some(text))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn generate_speculative(
+    a: &Args,
+    model: &LoadedModel,
+    oracle: &CpuOracle,
+    prompt: &[u32],
+    max_new: usize,
+    stop: Option<u32>,
+    path: &Path,
+) -> Result<()> {
+    use trunk::drafter::{Drafter, DrafterPlugin, DrafterSetup};
+    use trunk::speculative::{profile_sps, speculative_greedy, Schedule, SpecOptions, Target};
+    let plugin = DrafterPlugin::load(path)?;
+    let opts = drafter_options(a)?;
+    let ceiling: usize = a.parsed_or("ceiling", 5)?;
+    let cfg = model.config();
+    let embed = model.weights.embed.to_f32();
+    let head = model.weights.head.to_f32();
+    let model_dir: Option<PathBuf> =
+        a.path("model").map(|p| if p.is_dir() { p } else { p.parent().map(|x| x.to_path_buf()).unwrap_or(p) });
+    let setup = DrafterSetup {
+        vocab_size: cfg.vocab_size,
+        hidden_size: cfg.hidden_size,
+        max_positions: prompt.len() + max_new + ceiling + 2,
+        model_dir: model_dir.as_deref(),
+        options_json: opts.as_deref(),
+        embed_f32: Some(&embed),
+        head_f32: Some(&head),
+    };
+    let mut drafter = Drafter::new(plugin, &setup)?;
+    fn run<T: Target>(
+        t: &T,
+        d: &mut Drafter,
+        prompt: &[u32],
+        a: &Args,
+        max_new: usize,
+        stop: Option<u32>,
+        ceiling: usize,
+    ) -> Result<(Vec<u32>, trunk::speculative::SpecStats)> {
+        let schedule = match a.get("schedule").unwrap_or("confidence") {
+            "fixed" => Schedule::Fixed,
+            "confidence" => Schedule::Confidence { sps: profile_sps(t, ceiling + 1, 3)? },
+            other => bail!("unknown --schedule `{other}` (confidence or fixed)"),
+        };
+        let o = SpecOptions { max_new, stop, ceiling, schedule, prefill_chunk: 64 };
+        speculative_greedy(t, d, prompt, &o)
+    }
+    let (tokens, stats, backend) = if gpu_backend(a)? {
+        let gpu = load_gpu(a, model, oracle.variant)?;
+        let (t, s) = run(&gpu, &mut drafter, prompt, a, max_new, stop, ceiling)?;
+        (t, s, format!("gpu {:?}", gpu.devices()))
+    } else {
+        let mut o = CpuOracle::new(model.weights.clone(), oracle.variant);
+        o.moe = a.parsed_or("moe", trunk::cpu::ops::moe::MoeArm::PerExpert)?;
+        let (t, s) = run(&o, &mut drafter, prompt, a, max_new, stop, ceiling)?;
+        (t, s, "cpu".to_string())
+    };
+    let text = model.tokenizer.decode(&tokens)?;
+    let tps = tokens.len() as f64 / stats.seconds.max(1e-9);
+    if a.flag("json") {
+        println!(
+            "{}",
+            json!({
+                "model": model.label,
+                "variant": oracle.variant.to_string(),
+                "backend": backend,
+                "drafter": drafter.name(),
+                "prompt_tokens": prompt.len(),
+                "tokens": tokens,
+                "text": text,
+                "tokens_per_s": tps,
+                "steps": stats.steps,
+                "mean_accepted": stats.mean_accepted(),
+                "acceptance_by_position": stats.acceptance_by_position(),
+            })
+        );
+    } else {
+        println!("{text}");
+        let by: Vec<String> = stats.acceptance_by_position().iter().map(|x| format!("{x:.2}")).collect();
+        eprintln!(
+            "{} [{backend}, drafter {}]: {} new tokens in {} steps, {:.3} s ({:.1} tokens/s), mean accepted {:.2}, acceptance by position [{}]",
+            model.label,
+            drafter.name(),
+            tokens.len(),
+            stats.steps,
+            stats.seconds,
+            tps,
+            stats.mean_accepted(),
+            by.join(", ")
         );
     }
     Ok(())

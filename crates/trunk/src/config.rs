@@ -106,6 +106,22 @@ pub struct Dsv4Config {
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<u32>,
     pub tie_word_embeddings: bool,
+    /// The DSpark drafter shipped with the checkpoint (`mtp.*` stages), if any.
+    #[serde(default)]
+    pub dspark: Option<DsparkConfig>,
+}
+
+/// DSpark drafter hyper-parameters (checkpoint keys `dspark_*`, `n_mtp_layers`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DsparkConfig {
+    /// Block size (query slots: anchor + noise), also the drafts per pass.
+    pub block_size: usize,
+    pub noise_token_id: u32,
+    /// Trunk layers whose outputs (stream means) feed the drafter, in order.
+    pub target_layer_ids: Vec<usize>,
+    pub markov_rank: usize,
+    /// Draft stages (`mtp.0 .. mtp.{stages-1}`).
+    pub stages: usize,
 }
 
 impl Dsv4Config {
@@ -212,6 +228,17 @@ impl Dsv4Config {
         if let Some(y) = &self.yarn {
             if y.factor.is_nan() || y.factor <= 0.0 || y.original_max_position_embeddings == 0 {
                 bail!("config: YaRN `factor` and `original_max_position_embeddings` must be positive");
+            }
+        }
+        if let Some(d) = &self.dspark {
+            if d.block_size == 0 || d.stages == 0 || d.markov_rank == 0 {
+                bail!("config: DSpark block size, stages and markov rank must be positive");
+            }
+            if d.noise_token_id as usize >= self.vocab_size {
+                bail!("config: `dspark_noise_token_id` {} is outside the vocabulary", d.noise_token_id);
+            }
+            if let Some(&l) = d.target_layer_ids.iter().find(|&&l| l >= n) {
+                bail!("config: `dspark_target_layer_ids` names layer {l}, the model has {n}");
             }
         }
         for (name, id) in [("bos_token_id", self.bos_token_id), ("eos_token_id", self.eos_token_id)] {
@@ -392,6 +419,13 @@ impl Dsv4Config {
         put("bos_token_id", self.bos_token_id.map(Value::from).unwrap_or(Value::Null));
         put("eos_token_id", self.eos_token_id.map(Value::from).unwrap_or(Value::Null));
         put("tie_word_embeddings", self.tie_word_embeddings.into());
+        if let Some(d) = &self.dspark {
+            put("dspark_block_size", d.block_size.into());
+            put("dspark_noise_token_id", d.noise_token_id.into());
+            put("dspark_target_layer_ids", Value::from(d.target_layer_ids.clone()));
+            put("dspark_markov_rank", d.markov_rank.into());
+            put("n_mtp_layers", d.stages.into());
+        }
         put("hidden_act", "silu".into());
         put("attention_bias", false.into());
         m
@@ -610,5 +644,22 @@ fn parse_hf(m: &Map<String, Value>) -> Result<Dsv4Config> {
         bos_token_id: token_id(m, "bos_token_id", Some(0))?,
         eos_token_id: token_id(m, "eos_token_id", Some(1))?,
         tie_word_embeddings: m.get("tie_word_embeddings").and_then(|v| v.as_bool()).unwrap_or(false),
+        dspark: match get_usize(m, "dspark_block_size")? {
+            None => None,
+            Some(block_size) => Some(DsparkConfig {
+                block_size,
+                noise_token_id: get_usize(m, "dspark_noise_token_id")?
+                    .context("config: `dspark_block_size` without `dspark_noise_token_id`")? as u32,
+                target_layer_ids: m
+                    .get("dspark_target_layer_ids")
+                    .and_then(|v| v.as_array())
+                    .context("config: `dspark_block_size` without `dspark_target_layer_ids`")?
+                    .iter()
+                    .map(|x| x.as_u64().map(|v| v as usize).context("config: `dspark_target_layer_ids` entries"))
+                    .collect::<Result<_>>()?,
+                markov_rank: get_usize(m, "dspark_markov_rank")?.unwrap_or(256),
+                stages: get_usize(m, "n_mtp_layers")?.unwrap_or(3),
+            }),
+        },
     })
 }

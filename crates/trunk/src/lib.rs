@@ -11,5 +11,7 @@ pub mod weights;
 pub use config::Dsv4Config;
 pub mod bank;
 pub mod generate;
+pub mod drafter;
 pub mod model;
+pub mod speculative;
 pub mod tokenizer;

@@ -38,6 +38,51 @@ pub struct Dsv4StateLayout {
 }
 
 impl Dsv4StateLayout {
+    /// Whether `other` is this layout with (possibly) more ring slack: the
+    /// same classes in the same order, rings at least as long.
+    pub fn accepts(&self, other: &kvstate::Layout) -> bool {
+        self.layout.classes.len() == other.classes.len()
+            && self.layout.classes.iter().zip(&other.classes).all(|(a, b)| {
+                a.name == b.name
+                    && a.row_width == b.row_width
+                    && a.elem == b.elem
+                    && match (a.rule, b.rule) {
+                        (CapacityRule::Ring { rows: x }, CapacityRule::Ring { rows: y }) => y >= x,
+                        (x, y) => x == y,
+                    }
+            })
+    }
+
+    /// Rewind a state to `positions` consumed positions (speculative
+    /// rollback): every class's counter to what `positions` tokens leave.
+    /// Sound while the rewind is at most `slack` positions.
+    pub fn rewind(
+        &self,
+        cfg: &Dsv4Config,
+        state: &mut dyn kvstate::StateStore,
+        positions: usize,
+    ) -> Result<(), kvstate::StateError> {
+        let now = state.positions();
+        if positions > now || now - positions > self.slack {
+            return Err(kvstate::StateError::Format(format!(
+                "cannot rewind from {now} to {positions} positions with a ring slack of {}",
+                self.slack
+            )));
+        }
+        for (l, lc) in self.layers.iter().enumerate() {
+            state.truncate(lc.kv, positions as u64)?;
+            for c in [lc.comp_pending, lc.idx_pending].into_iter().flatten() {
+                state.truncate(c, positions as u64)?;
+            }
+            let ratio = cfg.compress_ratio(l);
+            for c in [lc.comp_entries, lc.idx_entries].into_iter().flatten() {
+                state.truncate(c, (positions / ratio) as u64)?;
+            }
+        }
+        state.set_positions(positions);
+        Ok(())
+    }
+
     pub fn new(cfg: &Dsv4Config, slack: usize) -> Self {
         let mut classes = Vec::new();
         let mut layers = Vec::new();

@@ -209,7 +209,7 @@ fn config_that_does_not_match_the_weights() {
         ]),
     );
     let e = err_of(&d);
-    assert!(e.contains("layer 1") && e.contains("compressor"), "{e}");
+    assert!(e.contains("layers.1") && e.contains("compressor"), "{e}");
     // heads not divisible by groups
     let d = f.root.join("k4");
     copy_dir(&f.root.join("hf"), &d);

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use kvstate::{HostState, StateStore};
 
-use super::ops::attention::attend;
+use super::ops::attention::{attend, grouped_output, project_qkv, QKV};
 use super::ops::compressor::pool_entry;
 use super::ops::hc::{collapse, hc_head, hc_post, hc_pre};
 use super::ops::indexer::{scores, top_k};
-use super::ops::linear::{linear, linear_rows};
+use super::ops::linear::linear;
 use super::ops::moe::moe_forward;
 use super::ops::norm::rms_norm;
 use super::ops::quant::Variant;
@@ -83,20 +83,47 @@ impl CpuOracle {
         self.forward_probe(state, tokens, which, None)
     }
 
+    /// `forward` that also returns, per token, the mean over the
+    /// hyper-connection streams of the output of each layer in `tap_layers`,
+    /// concatenated (`tokens.len() * tap_layers.len() * hidden` floats): what
+    /// a drafter such as DSpark reads.
+    pub fn forward_taps(
+        &self,
+        state: &mut HostState,
+        tokens: &[u32],
+        which: Logits,
+        tap_layers: &[usize],
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
+        let mut taps = Vec::new();
+        let l = self.forward_inner(state, tokens, which, None, Some((tap_layers, &mut taps)))?;
+        Ok((l, taps))
+    }
+
     /// `forward`, recording per-layer statistics (and the residual streams
-    /// when `capture`) into `stats`.
+    /// when `capture_residuals`) into `stats`.
     pub fn forward_probe(
         &self,
         state: &mut HostState,
         tokens: &[u32],
         which: Logits,
+        stats: Option<&mut Vec<LayerStat>>,
+    ) -> Result<Vec<f32>> {
+        self.forward_inner(state, tokens, which, stats, None)
+    }
+
+    fn forward_inner(
+        &self,
+        state: &mut HostState,
+        tokens: &[u32],
+        which: Logits,
         mut stats: Option<&mut Vec<LayerStat>>,
+        mut taps: Option<(&[usize], &mut Vec<f32>)>,
     ) -> Result<Vec<f32>> {
         let w = &*self.weights;
         let cfg = &w.config;
         let (d, hc) = (cfg.hidden_size, cfg.hc_mult);
         let n = tokens.len();
-        if **state.layout() != *self.state_layout.layout {
+        if !self.state_layout.accepts(state.layout()) {
             bail!("state layout does not match this model's layout");
         }
         let t0 = state.positions();
@@ -120,6 +147,7 @@ impl CpuOracle {
         }
         let eps = cfg.rms_norm_eps as f32;
         let hc_eps = cfg.hc_eps as f32;
+        let mut tap_rows: Vec<Vec<f32>> = Vec::new();
         for (l, lw) in w.layers.iter().enumerate() {
             let lc = self.state_layout.layers[l];
             // attention site
@@ -144,6 +172,18 @@ impl CpuOracle {
             for i in 0..n {
                 hc_post(&mixes[i], &m[i * d..(i + 1) * d], &mut x[i * hc * d..(i + 1) * hc * d], d);
             }
+            if let Some((layers, _)) = &taps {
+                if layers.contains(&l) {
+                    let mut m = vec![0.0f32; n * d];
+                    for i in 0..n {
+                        for c in 0..d {
+                            let s: f64 = (0..hc).map(|j| x[(i * hc + j) * d + c] as f64).sum();
+                            m[i * d + c] = (s / hc as f64) as f32;
+                        }
+                    }
+                    tap_rows.push(m);
+                }
+            }
             if let Some(s) = stats.as_deref_mut() {
                 let ss: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
                 s.push(LayerStat {
@@ -153,6 +193,23 @@ impl CpuOracle {
                     finite: x.iter().all(|v| v.is_finite()),
                     residual: if self.capture_residuals { Some(x.clone()) } else { None },
                 });
+            }
+        }
+        if let Some((layers, out)) = taps.as_mut() {
+            if tap_rows.len() != layers.len() {
+                bail!("tap layers {layers:?}: the model has {} layers", w.layers.len());
+            }
+            // per token: the taps of each layer in the order asked for
+            let order: Vec<usize> = {
+                let mut sorted: Vec<usize> = layers.to_vec();
+                sorted.sort_unstable();
+                layers.iter().map(|l| sorted.iter().position(|x| x == l).unwrap()).collect()
+            };
+            out.clear();
+            for i in 0..n {
+                for &k in &order {
+                    out.extend_from_slice(&tap_rows[k][i * d..(i + 1) * d]);
+                }
             }
         }
         state.set_positions(t0 + n);
@@ -229,29 +286,12 @@ impl CpuOracle {
         let v = self.variant;
         let aw = &lw.attn;
         let n = positions.len();
-        let (d, nh, hd, rd) = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.rope_dim);
-        let eps = cfg.rms_norm_eps as f32;
+        let (nh, hd, rd) = (cfg.num_attention_heads, cfg.head_dim, cfg.rope_dim);
         let kind = cfg.layer_types[l];
         let rope = if kind == AttnKind::Window { &self.rope_main } else { &self.rope_compress };
         let t0 = positions[0];
 
-        let hq = v.act(h, d);
-        let mut qr = linear(&hq, n, &aw.wq_a);
-        rms_norm(&mut qr, cfg.q_lora_rank, Some(&aw.q_norm), eps);
-        let qrq = v.act(&qr, cfg.q_lora_rank);
-        let mut q = linear(&qrq, n, &aw.wq_b);
-        rms_norm(&mut q, hd, None, eps);
-        let mut kv = linear(&hq, n, &aw.wkv);
-        rms_norm(&mut kv, hd, Some(&aw.kv_norm), eps);
-        for (i, &p) in positions.iter().enumerate() {
-            let (cos, sin) = rope.cos_sin(p);
-            for head in q[i * nh * hd..(i + 1) * nh * hd].chunks_mut(hd) {
-                rope.apply_with(head, &cos, &sin, false);
-            }
-            let r = &mut kv[i * hd..(i + 1) * hd];
-            rope.apply_with(r, &cos, &sin, false);
-            v.kv(r, rd);
-        }
+        let QKV { qrq, q, kv } = project_qkv(cfg, aw, h, positions, rope, v);
 
         // compressors (entries that close in this chunk are visible to it)
         let mut selected: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -316,21 +356,6 @@ impl CpuOracle {
             state.push_row_f32(lc.kv, &kv[i * hd..(i + 1) * hd])?;
         }
 
-        // grouped low-rank output projection
-        let g = cfg.o_groups;
-        let gin = nh * hd / g;
-        let mut oa = vec![0.0f32; n * g * cfg.o_lora_rank];
-        for gi in 0..g {
-            let xs: Vec<f32> = (0..n)
-                .flat_map(|i| out[i * nh * hd + gi * gin..i * nh * hd + (gi + 1) * gin].iter().copied())
-                .collect();
-            let y = linear_rows(&xs, n, &aw.wo_a, gi * cfg.o_lora_rank, cfg.o_lora_rank);
-            for i in 0..n {
-                oa[(i * g + gi) * cfg.o_lora_rank..(i * g + gi + 1) * cfg.o_lora_rank]
-                    .copy_from_slice(&y[i * cfg.o_lora_rank..(i + 1) * cfg.o_lora_rank]);
-            }
-        }
-        let oaq = v.act(&oa, g * cfg.o_lora_rank);
-        Ok(linear(&oaq, n, &aw.wo_b))
+        Ok(grouped_output(cfg, aw, &out, n, v))
     }
 }

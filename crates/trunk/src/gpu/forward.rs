@@ -237,10 +237,20 @@ impl Dsv4Gpu {
     /// A state for `capacity` positions with scratch for chunks of up to
     /// `chunk_width` tokens. Refused up front when it would not fit.
     pub fn alloc_decode_state_for_transient(&self, capacity: usize, chunk_width: usize) -> Result<GpuState> {
+        self.alloc_decode_state_with_slack(capacity, chunk_width, 0)
+    }
+
+    /// `alloc_decode_state_for_transient` whose rings keep `slack` extra rows,
+    /// so that speculative decoding can rewind up to `slack` positions.
+    pub fn alloc_decode_state_with_slack(&self, capacity: usize, chunk_width: usize, slack: usize) -> Result<GpuState> {
         if capacity == 0 || chunk_width == 0 {
             bail!("capacity and chunk width must be positive");
         }
-        let layout = self.state_layout.layout.clone();
+        let layout = if slack == 0 {
+            self.state_layout.layout.clone()
+        } else {
+            crate::state::Dsv4StateLayout::new(&self.config, slack).layout
+        };
         let dims = self.dims(capacity);
         let scratch_elems = dims.elements(chunk_width);
         let mut need: std::collections::BTreeMap<usize, usize> = Default::default();

@@ -203,6 +203,9 @@ impl StateStore for GpuState {
     fn written(&self, class: usize) -> u64 {
         self.kv.written(class)
     }
+    fn truncate(&mut self, class: usize, written: u64) -> Result<(), StateError> {
+        self.kv.truncate(class, written)
+    }
     fn read_live(&self, class: usize, out: &mut [u8]) -> Result<(), StateError> {
         self.kv.read_live(class, out)
     }

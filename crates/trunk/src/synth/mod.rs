@@ -75,10 +75,25 @@ impl Synth {
         Synth { config: preset.config(), seed, name: preset.name() }
     }
 
+    /// Add a DSpark drafter (`mtp.*` stages): block 5, 3 stages reading the
+    /// last three layers, noise token = the last vocabulary id, Markov rank
+    /// a quarter of the hidden size (16..256).
+    pub fn with_dspark(mut self) -> Self {
+        let n = self.config.num_hidden_layers;
+        self.config.dspark = Some(crate::config::DsparkConfig {
+            block_size: 5,
+            noise_token_id: self.config.vocab_size as u32 - 1,
+            target_layer_ids: (n.saturating_sub(3)..n).collect(),
+            markov_rank: (self.config.hidden_size / 4).clamp(16, 256),
+            stages: 3,
+        });
+        self
+    }
+
     /// Every canonical tensor in checkpoint order.
     pub fn specs(&self) -> Vec<Spec> {
         let c = &self.config;
-        let (v, d, h, hd, hc) = (c.vocab_size, c.hidden_size, c.num_attention_heads, c.head_dim, c.hc_mult);
+        let (v, d, hc) = (c.vocab_size, c.hidden_size, c.hc_mult);
         let lin = |rows: usize, cols: usize| Kind::Fp8 { rows, cols, std: 1.0 / (cols as f32).sqrt() };
         let bf = |shape: Vec<usize>, mean: f32, std: f32| Kind::Bf16 { shape, mean, std };
         let f32k = |shape: Vec<usize>, mean: f32, std: f32| Kind::F32 { shape, mean, std };
@@ -90,9 +105,45 @@ impl Synth {
             Spec { canonical: "hc_head_base".into(), kind: f32k(vec![hc], 0.0, 0.5) },
             Spec { canonical: "hc_head_scale".into(), kind: f32k(vec![1], 1.0, 0.2) },
         ];
-        let mix = (2 + hc) * hc;
         for l in 0..c.num_hidden_layers {
-            let p = |x: &str| format!("layers.{l}.{x}");
+            s.extend(self.block_specs(&format!("layers.{l}"), c.layer_types[l], c.mlp_layer_types[l]));
+        }
+        if let Some(ds) = &c.dspark {
+            let r = ds.markov_rank;
+            for st in 0..ds.stages {
+                let p = format!("mtp.{st}");
+                if st == 0 {
+                    let w = ds.target_layer_ids.len() * d;
+                    s.push(Spec { canonical: format!("{p}.main_proj"), kind: lin(d, w) });
+                    s.push(Spec { canonical: format!("{p}.main_norm"), kind: bf(vec![d], 1.0, 0.1) });
+                }
+                s.extend(self.block_specs(&p, AttnKind::Window, MlpKind::Score));
+                if st + 1 == ds.stages {
+                    s.push(Spec { canonical: format!("{p}.norm"), kind: bf(vec![d], 1.0, 0.1) });
+                    s.push(Spec { canonical: format!("{p}.hc_head_fn"), kind: f32k(vec![hc, hc * d], 0.0, 0.5 / ((hc * d) as f32).sqrt()) });
+                    s.push(Spec { canonical: format!("{p}.hc_head_base"), kind: f32k(vec![hc], 0.0, 0.5) });
+                    s.push(Spec { canonical: format!("{p}.hc_head_scale"), kind: f32k(vec![1], 1.0, 0.2) });
+                    s.push(Spec { canonical: format!("{p}.markov_head.markov_w1"), kind: bf(vec![v, r], 0.0, 1.0) });
+                    s.push(Spec { canonical: format!("{p}.markov_head.markov_w2"), kind: bf(vec![v, r], 0.0, 1.0 / (r as f32).sqrt()) });
+                    s.push(Spec { canonical: format!("{p}.confidence_head.proj"), kind: bf(vec![1, d + r], 0.0, 1.0 / ((d + r) as f32).sqrt()) });
+                }
+            }
+        }
+        s
+    }
+
+    /// The tensors of one transformer block under `prefix` (a trunk layer
+    /// `layers.N` or a DSpark stage `mtp.S`).
+    fn block_specs(&self, prefix: &str, kind: AttnKind, mlp: MlpKind) -> Vec<Spec> {
+        let c = &self.config;
+        let (v, d, h, hd, hc) = (c.vocab_size, c.hidden_size, c.num_attention_heads, c.head_dim, c.hc_mult);
+        let lin = |rows: usize, cols: usize| Kind::Fp8 { rows, cols, std: 1.0 / (cols as f32).sqrt() };
+        let bf = |shape: Vec<usize>, mean: f32, std: f32| Kind::Bf16 { shape, mean, std };
+        let f32k = |shape: Vec<usize>, mean: f32, std: f32| Kind::F32 { shape, mean, std };
+        let mix = (2 + hc) * hc;
+        let mut s = Vec::new();
+        {
+            let p = |x: &str| format!("{prefix}.{x}");
             let mut add = |name: String, kind: Kind| s.push(Spec { canonical: name, kind });
             add(p("attn_norm"), bf(vec![d], 1.0, 0.1));
             add(p("ffn_norm"), bf(vec![d], 1.0, 0.1));
@@ -109,7 +160,6 @@ impl Synth {
             add(p("attn.kv_norm"), bf(vec![hd], 1.0, 0.1));
             add(p("attn.wo_a"), lin(c.o_groups * c.o_lora_rank, h * hd / c.o_groups));
             add(p("attn.wo_b"), lin(d, c.o_groups * c.o_lora_rank));
-            let kind = c.layer_types[l];
             if kind != AttnKind::Window {
                 let (ratio, width) = if kind == AttnKind::Csa { (c.csa_ratio, 2 * hd) } else { (c.hca_ratio, hd) };
                 add(p("attn.compressor.ape"), f32k(vec![ratio, width], 0.0, 0.5));
@@ -128,7 +178,7 @@ impl Synth {
             }
             let (ne, inter) = (c.n_routed_experts, c.moe_intermediate_size);
             add(p("ffn.gate"), bf(vec![ne, d], 0.0, 1.0 / (d as f32).sqrt()));
-            match c.mlp_layer_types[l] {
+            match mlp {
                 MlpKind::Score => add(p("ffn.gate.bias"), f32k(vec![ne], 0.0, 0.1)),
                 MlpKind::Hash => {
                     add(p("ffn.gate.tid2eid"), Kind::Tid2eid { vocab: v, k: c.num_experts_per_tok, experts: ne })

@@ -88,6 +88,7 @@ impl Preset {
                     bos_token_id: Some(0),
                     eos_token_id: Some(1),
                     tie_word_embeddings: false,
+                    dspark: None,
                 }
             }
             Preset::Small => {

@@ -65,7 +65,8 @@ impl Synth {
             sources.push(src);
         };
         for (i, s) in specs.iter().enumerate() {
-            if layout != CheckpointLayout::Official && is_expert(&s.canonical) {
+            if layout != CheckpointLayout::Official && (is_expert(&s.canonical) || s.canonical.starts_with("mtp.")) {
+                // stacked experts follow below; the DSpark stages ship in the official layout only
                 continue;
             }
             let name = match layout {
@@ -100,7 +101,10 @@ impl Synth {
                 }
             }
             // stacked experts go right after the layer's shared expert
-            if s.canonical.ends_with("ffn.shared_experts.w3") && layout != CheckpointLayout::Official {
+            if s.canonical.ends_with("ffn.shared_experts.w3")
+                && s.canonical.starts_with("layers.")
+                && layout != CheckpointLayout::Official
+            {
                 let l: usize = s.canonical.split('.').nth(1).unwrap().parse().unwrap();
                 let (ne, inter, d) = (c.n_routed_experts, c.moe_intermediate_size, c.hidden_size);
                 let w1 = expert_spec_indices(&specs, l, ne, "w1");

@@ -189,6 +189,7 @@ pub fn config_from_gguf(md: &BTreeMap<String, GgufValue>, origin: &str) -> Resul
         bos_token_id: tok("tokenizer.ggml.bos_token_id"),
         eos_token_id: tok("tokenizer.ggml.eos_token_id"),
         tie_word_embeddings: false,
+        dspark: None,
     };
     cfg.validate().with_context(|| format!("{origin}: GGUF metadata"))?;
     Ok(cfg)

@@ -234,12 +234,16 @@ impl<'a> Loader<'a> {
         })
     }
 
-    fn experts(&self, cfg: &Dsv4Config, l: usize) -> Result<Vec<ExpertWeights>> {
+    fn experts(&self, cfg: &Dsv4Config, prefix: &str) -> Result<Vec<ExpertWeights>> {
+        let l: usize = match prefix.strip_prefix("layers.").map(|x| x.parse()) {
+            Some(Ok(l)) => l,
+            _ => usize::MAX, // DSpark stages: per-expert official names only
+        };
         let (d, i, ne) = (cfg.hidden_size, cfg.moe_intermediate_size, cfg.n_routed_experts);
         match self.layout {
             CheckpointLayout::Official | CheckpointLayout::TransformersSaved => (0..ne)
                 .map(|e| {
-                    let p = format!("layers.{l}.ffn.experts.{e}");
+                    let p = format!("{prefix}.ffn.experts.{e}");
                     Ok(ExpertWeights {
                         w1: self.matrix(&format!("{p}.w1"), i, d)?,
                         w2: self.matrix(&format!("{p}.w2"), d, i)?,
@@ -292,15 +296,19 @@ impl<'a> Loader<'a> {
     }
 
     fn layer(&self, cfg: &Dsv4Config, l: usize) -> Result<LayerWeights> {
+        self.block(cfg, &format!("layers.{l}"), cfg.layer_types[l], cfg.mlp_layer_types[l])
+    }
+
+    /// One transformer block under `p` (`layers.N`, or a DSpark stage `mtp.S`).
+    fn block(&self, cfg: &Dsv4Config, p: &str, kind: AttnKind, mlp: MlpKind) -> Result<LayerWeights> {
         let (d, h, hd, hc) = (cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim, cfg.hc_mult);
-        let p = format!("layers.{l}");
         let mix = (2 + hc) * hc;
-        let compressor = match cfg.layer_types[l] {
+        let compressor = match kind {
             AttnKind::Window => None,
             AttnKind::Csa => Some(self.compressor(&format!("{p}.attn.compressor"), cfg, cfg.csa_ratio, 2 * hd, hd)?),
             AttnKind::Hca => Some(self.compressor(&format!("{p}.attn.compressor"), cfg, cfg.hca_ratio, hd, hd)?),
         };
-        let indexer = match cfg.layer_types[l] {
+        let indexer = match kind {
             AttnKind::Csa => {
                 let (hi, di) = (cfg.index_n_heads, cfg.index_head_dim);
                 Some(IndexerWeights {
@@ -319,14 +327,14 @@ impl<'a> Loader<'a> {
         };
         // a compressor on a window layer (or its absence on a compressed one)
         // means the config's schedule does not match the weights
-        if cfg.layer_types[l] == AttnKind::Window && self.has(&format!("{p}.attn.compressor.wkv")) {
+        if kind == AttnKind::Window && self.has(&format!("{p}.attn.compressor.wkv")) {
             bail!(
-                "{}: layer {l} has compressor weights but the config schedules it as window-only (compress ratio 0)",
+                "{}: {p} has compressor weights but the config schedules it as window-only (compress ratio 0)",
                 self.src.origin("")
             );
         }
-        if cfg.layer_types[l] != AttnKind::Csa && self.has(&format!("{p}.attn.indexer.wq_b")) {
-            bail!("{}: layer {l} has indexer weights but the config does not schedule it as CSA", self.src.origin(""));
+        if kind != AttnKind::Csa && self.has(&format!("{p}.attn.indexer.wq_b")) {
+            bail!("{}: {p} has indexer weights but the config does not schedule it as CSA", self.src.origin(""));
         }
         let attn = AttnWeights {
             sink: self.floats(&format!("{p}.attn.attn_sink"), &[h])?,
@@ -342,7 +350,7 @@ impl<'a> Loader<'a> {
         };
         let si = cfg.moe_intermediate_size * cfg.n_shared_experts.max(1);
         let ne = cfg.n_routed_experts;
-        let (bias, tid2eid) = match cfg.mlp_layer_types[l] {
+        let (bias, tid2eid) = match mlp {
             MlpKind::Score => (Some(self.floats(&format!("{p}.ffn.gate.bias"), &[ne])?), None),
             MlpKind::Hash => {
                 let name = self.name(&format!("{p}.ffn.gate.tid2eid"))?;
@@ -371,7 +379,7 @@ impl<'a> Loader<'a> {
                 w2: self.matrix(&format!("{p}.ffn.shared_experts.w2"), d, si)?,
                 w3: self.matrix(&format!("{p}.ffn.shared_experts.w3"), si, d)?,
             },
-            experts: self.experts(cfg, l)?,
+            experts: self.experts(cfg, p)?,
         };
         Ok(LayerWeights {
             attn_norm: self.floats(&format!("{p}.attn_norm"), &[d])?,
@@ -382,6 +390,30 @@ impl<'a> Loader<'a> {
             ffn,
         })
     }
+}
+
+/// Load one block of `cfg`'s shape under `prefix` (a DSpark stage `mtp.S`,
+/// window-only and score-routed, is the intended use), with the tensor
+/// names of `layout`.
+pub fn load_block(
+    src: &dyn TensorSource,
+    layout: CheckpointLayout,
+    cfg: &Dsv4Config,
+    prefix: &str,
+    kind: AttnKind,
+    mlp: MlpKind,
+) -> Result<LayerWeights> {
+    Loader { src, layout }.block(cfg, prefix, kind, mlp)
+}
+
+/// A matrix `[rows, cols]` (dense or block-quantized) by canonical name.
+pub fn load_matrix(src: &dyn TensorSource, layout: CheckpointLayout, canonical: &str, rows: usize, cols: usize) -> Result<Matrix> {
+    Loader { src, layout }.matrix(canonical, rows, cols)
+}
+
+/// A float tensor of exactly `shape` by canonical name.
+pub fn load_floats(src: &dyn TensorSource, layout: CheckpointLayout, canonical: &str, shape: &[usize]) -> Result<Vec<f32>> {
+    Loader { src, layout }.floats(canonical, shape)
 }
 
 /// Guess the layout of a source from its tensor names.

@@ -1,0 +1,94 @@
+//! Speculative greedy decoding gives exactly the tokens of plain greedy
+//! decoding, for every drafter plugin and both MoE arms (CPU oracle); and
+//! drafters load at run time, with clear errors for libraries that are not
+//! drafters.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn memra(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_memra")).args(args).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Build the drafter plugins with the test's own profile and return their directory.
+fn plugins() -> PathBuf {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_memra"));
+    let dir = exe.parent().unwrap().to_path_buf();
+    let release = dir.ends_with("release");
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "-q", "-p", "drafter-ngram", "-p", "drafter-replay", "-p", "dspark"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let st = cmd.status().unwrap();
+    assert!(st.success(), "building the drafter plugins failed");
+    dir
+}
+
+#[test]
+fn speculative_equals_greedy_for_every_drafter_and_moe_arm() {
+    let dir = plugins();
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    let out = Command::new(env!("CARGO_BIN_EXE_memra"))
+        .args(["synth", "--preset", "tiny", "--seed", "4", "--out", model.to_str().unwrap(), "--dspark"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let m = model.to_str().unwrap();
+    let bank = tmp.path().join("bank.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_memra"))
+        .args(["bank", "--model", m, "--prompt-len", "24", "--n", "96", "--out", bank.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let b: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&bank).unwrap()).unwrap();
+    let prompt = tmp.path().join("prompt.json");
+    std::fs::write(&prompt, serde_json::to_vec(&b["prompt"]).unwrap()).unwrap();
+    let p = prompt.to_str().unwrap();
+    let base = ["generate", "--model", m, "--tokens", p, "--max-tokens", "96", "--no-stop", "--json"];
+    let plain = memra(&base);
+    assert_eq!(plain["tokens"], b["tokens"], "plain greedy equals the bank");
+    let opts = format!("@{}", bank.display());
+    let libs = [
+        ("ngram", dir.join("libngram_drafter.so"), None),
+        ("replay", dir.join("libreplay_drafter.so"), Some(opts.as_str())),
+        ("dspark", dir.join("libdspark.so"), None),
+    ];
+    for (name, lib, options) in &libs {
+        for moe in ["fused", "per-expert"] {
+            for schedule in ["confidence", "fixed"] {
+                let mut args: Vec<&str> = base.to_vec();
+                args.extend(["--drafter", lib.to_str().unwrap(), "--moe", moe, "--schedule", schedule]);
+                if let Some(o) = options {
+                    args.extend(["--drafter-options", o]);
+                }
+                let r = memra(&args);
+                assert_eq!(r["tokens"], plain["tokens"], "{name} {moe} {schedule}: speculative != greedy");
+                assert!(r["mean_accepted"].as_f64().unwrap() >= 1.0);
+                let by = r["acceptance_by_position"].as_array().unwrap();
+                assert_eq!(by.len(), 5);
+                if *name == "replay" && schedule == "fixed" {
+                    assert_eq!(r["mean_accepted"].as_f64().unwrap(), 6.0, "replay accepts every draft");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_library_that_is_not_a_drafter_is_refused_clearly() {
+    let libm = ["/lib/x86_64-linux-gnu/libm.so.6", "/usr/lib/x86_64-linux-gnu/libm.so.6", "/lib64/libm.so.6"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists());
+    let Some(libm) = libm else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_memra")).args(["generate", "--drafter", libm]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("not a memra drafter") && err.contains("memra_drafter_v1"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_memra")).args(["generate", "--drafter", "/nonexistent.so"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("/nonexistent.so"), "{err}");
+}
