@@ -76,7 +76,8 @@ pub struct DrafterApiV1 {
     /// Copy class `class`'s live rows, oldest first, into `buf` (`len` bytes exactly).
     pub state_read: unsafe extern "C" fn(h: *mut c_void, class: usize, buf: *mut u8, len: usize) -> i32,
     /// Set class `class`'s counter to `written` and its live rows from `buf`.
-    pub state_write: unsafe extern "C" fn(h: *mut c_void, class: usize, written: u64, buf: *const u8, len: usize) -> i32,
+    pub state_write:
+        unsafe extern "C" fn(h: *mut c_void, class: usize, written: u64, buf: *const u8, len: usize) -> i32,
     pub state_set_positions: unsafe extern "C" fn(h: *mut c_void, positions: u64),
 }
 
@@ -159,7 +160,11 @@ macro_rules! export_drafter {
                 let init = &*init;
                 if init.abi_version != $crate::ABI_VERSION {
                     $crate::write_cstr(
-                        &format!("drafter ABI {} requested, this drafter implements {}", init.abi_version, $crate::ABI_VERSION),
+                        &format!(
+                            "drafter ABI {} requested, this drafter implements {}",
+                            init.abi_version,
+                            $crate::ABI_VERSION
+                        ),
                         err,
                         err_len,
                     );
@@ -191,7 +196,13 @@ macro_rules! export_drafter {
                 }
                 v.len()
             }
-            unsafe extern "C" fn commit(h: *mut c_void, tokens: *const u32, n: usize, pos0: u64, taps: *const f32) -> i32 {
+            unsafe extern "C" fn commit(
+                h: *mut c_void,
+                tokens: *const u32,
+                n: usize,
+                pos0: u64,
+                taps: *const f32,
+            ) -> i32 {
                 let i = &mut *(h as *mut I);
                 let toks = std::slice::from_raw_parts(tokens, n);
                 let tw = i.drafter.tap_width();
@@ -204,7 +215,13 @@ macro_rules! export_drafter {
                     }
                 }
             }
-            unsafe extern "C" fn propose(h: *mut c_void, anchor: u32, max: usize, ids: *mut u32, conf: *mut f32) -> isize {
+            unsafe extern "C" fn propose(
+                h: *mut c_void,
+                anchor: u32,
+                max: usize,
+                ids: *mut u32,
+                conf: *mut f32,
+            ) -> isize {
                 let i = &mut *(h as *mut I);
                 let ids = std::slice::from_raw_parts_mut(ids, max);
                 let conf = std::slice::from_raw_parts_mut(conf, max);
@@ -238,7 +255,13 @@ macro_rules! export_drafter {
                     }
                 }
             }
-            unsafe extern "C" fn state_write(h: *mut c_void, class: usize, written: u64, buf: *const u8, len: usize) -> i32 {
+            unsafe extern "C" fn state_write(
+                h: *mut c_void,
+                class: usize,
+                written: u64,
+                buf: *const u8,
+                len: usize,
+            ) -> i32 {
                 let i = &mut *(h as *mut I);
                 match i.drafter.state_write(class, written, std::slice::from_raw_parts(buf, len)) {
                     Ok(()) => 0,

@@ -79,8 +79,19 @@ pub fn generate(argv: &[String]) -> Result<()> {
     let a = Args::parse(
         argv,
         &[
-            "model", "prompt", "tokens", "max-tokens", "variant", "experts", "backend", "devices", "moe", "drafter",
-            "drafter-options", "ceiling", "schedule",
+            "model",
+            "prompt",
+            "tokens",
+            "max-tokens",
+            "variant",
+            "experts",
+            "backend",
+            "devices",
+            "moe",
+            "drafter",
+            "drafter-options",
+            "ceiling",
+            "schedule",
         ],
         &["json", "no-stop"],
     )?;
@@ -139,7 +150,8 @@ fn drafter_options(a: &Args) -> Result<Option<String>> {
     let Some(file) = o.strip_prefix('@') else { return Ok(Some(o.to_string())) };
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
     let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{file}: not JSON"))?;
-    if let (Some(p), Some(t)) = (v.get("prompt").and_then(|x| x.as_array()), v.get("tokens").and_then(|x| x.as_array())) {
+    if let (Some(p), Some(t)) = (v.get("prompt").and_then(|x| x.as_array()), v.get("tokens").and_then(|x| x.as_array()))
+    {
         let traj: Vec<serde_json::Value> = p.iter().chain(t).cloned().collect();
         return Ok(Some(json!({ "trajectory": traj }).to_string()));
     }
@@ -241,7 +253,7 @@ fn generate_speculative(
 }
 
 const SYNTH_HELP: &str = "memra synth --preset tiny|small|flash-shape --seed S --out DIR
-             [--layout official|hf] [--gguf] [--layers N] [--shard-mb MB] [--check]
+             [--layout official|hf] [--gguf] [--layers N] [--shard-mb MB] [--dspark] [--check]
 
 Writes a deterministic synthetic DSV4 checkpoint: config.json, safetensors
 (sharded above --shard-mb, default 2000, with model.safetensors.index.json),
@@ -251,10 +263,13 @@ experts + 1x32 E8M0 scales); --layout hf uses transformers' parameter names
 (BF16/F32, stacked experts). --gguf also writes DIR/model.gguf in llama.cpp's
 deepseek4 layout. --layers sets flash-shape's depth (default 4). --check runs
 a 64-token prompt through the CPU oracle and reports activation ranges.
+--dspark adds a DSpark drafter (mtp.* stages, official layout only) that
+`memra generate --drafter <libdspark>` can load.
 ";
 
 pub fn synth(argv: &[String]) -> Result<()> {
-    let a = Args::parse(argv, &["preset", "seed", "out", "layout", "layers", "shard-mb"], &["gguf", "check"])?;
+    let a =
+        Args::parse(argv, &["preset", "seed", "out", "layout", "layers", "shard-mb"], &["gguf", "check", "dspark"])?;
     if a.help {
         print!("{SYNTH_HELP}");
         return Ok(());
@@ -268,7 +283,13 @@ pub fn synth(argv: &[String]) -> Result<()> {
         other => bail!("unknown --layout `{other}` (official or hf)"),
     };
     let shard_mb: usize = a.parsed_or("shard-mb", 2000)?;
-    let s = Synth::new(preset, seed);
+    let mut s = Synth::new(preset, seed);
+    if a.flag("dspark") {
+        if layout != CheckpointLayout::Official {
+            bail!("--dspark needs --layout official (the drafter's mtp.* tensors use the published names)");
+        }
+        s = s.with_dspark();
+    }
     let t = Instant::now();
     let write = |layout: CheckpointLayout, path: &Path, what: &str| -> Result<()> {
         let pb = bar(0, what, true);

@@ -88,7 +88,8 @@ fn a_library_that_is_not_a_drafter_is_refused_clearly() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("not a memra drafter") && err.contains("memra_drafter_v1"), "{err}");
-    let out = Command::new(env!("CARGO_BIN_EXE_memra")).args(["generate", "--drafter", "/nonexistent.so"]).output().unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_memra")).args(["generate", "--drafter", "/nonexistent.so"]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("/nonexistent.so"), "{err}");
 }

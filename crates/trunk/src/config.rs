@@ -649,7 +649,8 @@ fn parse_hf(m: &Map<String, Value>) -> Result<Dsv4Config> {
             Some(block_size) => Some(DsparkConfig {
                 block_size,
                 noise_token_id: get_usize(m, "dspark_noise_token_id")?
-                    .context("config: `dspark_block_size` without `dspark_noise_token_id`")? as u32,
+                    .context("config: `dspark_block_size` without `dspark_noise_token_id`")?
+                    as u32,
                 target_layer_ids: m
                     .get("dspark_target_layer_ids")
                     .and_then(|v| v.as_array())

@@ -10,8 +10,8 @@ pub mod weights;
 
 pub use config::Dsv4Config;
 pub mod bank;
-pub mod generate;
 pub mod drafter;
+pub mod generate;
 pub mod model;
 pub mod speculative;
 pub mod tokenizer;

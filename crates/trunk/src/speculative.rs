@@ -32,8 +32,13 @@ pub trait Target {
     fn new_state(&self, capacity: usize, chunk: usize, slack: usize) -> Result<Self::State>;
     /// Run `tokens`; logits per `which`, and the taps of `tap_layers` for
     /// every token (empty when none are asked for).
-    fn run(&self, st: &mut Self::State, tokens: &[u32], which: Logits, tap_layers: &[usize])
-        -> Result<(Vec<f32>, Vec<f32>)>;
+    fn run(
+        &self,
+        st: &mut Self::State,
+        tokens: &[u32],
+        which: Logits,
+        tap_layers: &[usize],
+    ) -> Result<(Vec<f32>, Vec<f32>)>;
     /// Rewind to `positions` consumed positions.
     fn rewind(&self, st: &mut Self::State, positions: usize) -> Result<()>;
 }
@@ -50,7 +55,13 @@ impl Target for CpuOracle {
         let layout = crate::state::Dsv4StateLayout::new(&self.weights.config, slack);
         Ok(kvstate::HostState::new(layout.layout, capacity))
     }
-    fn run(&self, st: &mut Self::State, tokens: &[u32], which: Logits, tap_layers: &[usize]) -> Result<(Vec<f32>, Vec<f32>)> {
+    fn run(
+        &self,
+        st: &mut Self::State,
+        tokens: &[u32],
+        which: Logits,
+        tap_layers: &[usize],
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
         if tap_layers.is_empty() {
             Ok((self.forward(st, tokens, which)?, Vec::new()))
         } else {
@@ -81,7 +92,13 @@ impl Target for crate::gpu::Dsv4Gpu {
     fn new_state(&self, capacity: usize, chunk: usize, slack: usize) -> Result<Self::State> {
         self.alloc_decode_state_with_slack(capacity, chunk, slack)
     }
-    fn run(&self, st: &mut Self::State, tokens: &[u32], which: Logits, tap_layers: &[usize]) -> Result<(Vec<f32>, Vec<f32>)> {
+    fn run(
+        &self,
+        st: &mut Self::State,
+        tokens: &[u32],
+        which: Logits,
+        tap_layers: &[usize],
+    ) -> Result<(Vec<f32>, Vec<f32>)> {
         if tap_layers.is_empty() {
             return Ok((self.forward(st, tokens, which)?, Vec::new()));
         }
@@ -187,7 +204,11 @@ impl SpecStats {
     }
     /// Per draft position, the fraction of verified drafts accepted.
     pub fn acceptance_by_position(&self) -> Vec<f64> {
-        self.verified_at.iter().zip(&self.accepted_at).map(|(&v, &a)| if v == 0 { 0.0 } else { a as f64 / v as f64 }).collect()
+        self.verified_at
+            .iter()
+            .zip(&self.accepted_at)
+            .map(|(&v, &a)| if v == 0 { 0.0 } else { a as f64 / v as f64 })
+            .collect()
     }
 }
 
@@ -223,7 +244,8 @@ pub fn speculative_greedy<T: Target>(
         taps.extend(tp);
     }
     drafter.commit(prompt, 0, &taps)?;
-    let mut stats = SpecStats { verified_at: vec![0; o.ceiling], accepted_at: vec![0; o.ceiling], ..Default::default() };
+    let mut stats =
+        SpecStats { verified_at: vec![0; o.ceiling], accepted_at: vec![0; o.ceiling], ..Default::default() };
     let mut out = Vec::with_capacity(o.max_new);
     let mut anchor = argmax(&last);
     out.push(anchor);

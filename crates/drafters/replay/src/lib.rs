@@ -19,11 +19,7 @@ fn int_array(json: &str, key: &str) -> Option<Vec<u32>> {
     let rest = &json[i..];
     let open = rest.find('[')?;
     let close = rest[open..].find(']')? + open;
-    rest[open + 1..close]
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse::<u32>().ok())
-        .collect()
+    rest[open + 1..close].split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse::<u32>().ok()).collect()
 }
 
 impl Drafter for ReplayDrafter {

@@ -120,12 +120,21 @@ impl Synth {
                 s.extend(self.block_specs(&p, AttnKind::Window, MlpKind::Score));
                 if st + 1 == ds.stages {
                     s.push(Spec { canonical: format!("{p}.norm"), kind: bf(vec![d], 1.0, 0.1) });
-                    s.push(Spec { canonical: format!("{p}.hc_head_fn"), kind: f32k(vec![hc, hc * d], 0.0, 0.5 / ((hc * d) as f32).sqrt()) });
+                    s.push(Spec {
+                        canonical: format!("{p}.hc_head_fn"),
+                        kind: f32k(vec![hc, hc * d], 0.0, 0.5 / ((hc * d) as f32).sqrt()),
+                    });
                     s.push(Spec { canonical: format!("{p}.hc_head_base"), kind: f32k(vec![hc], 0.0, 0.5) });
                     s.push(Spec { canonical: format!("{p}.hc_head_scale"), kind: f32k(vec![1], 1.0, 0.2) });
                     s.push(Spec { canonical: format!("{p}.markov_head.markov_w1"), kind: bf(vec![v, r], 0.0, 1.0) });
-                    s.push(Spec { canonical: format!("{p}.markov_head.markov_w2"), kind: bf(vec![v, r], 0.0, 1.0 / (r as f32).sqrt()) });
-                    s.push(Spec { canonical: format!("{p}.confidence_head.proj"), kind: bf(vec![1, d + r], 0.0, 1.0 / ((d + r) as f32).sqrt()) });
+                    s.push(Spec {
+                        canonical: format!("{p}.markov_head.markov_w2"),
+                        kind: bf(vec![v, r], 0.0, 1.0 / (r as f32).sqrt()),
+                    });
+                    s.push(Spec {
+                        canonical: format!("{p}.confidence_head.proj"),
+                        kind: bf(vec![1, d + r], 0.0, 1.0 / ((d + r) as f32).sqrt()),
+                    });
                 }
             }
         }

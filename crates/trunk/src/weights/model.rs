@@ -407,12 +407,23 @@ pub fn load_block(
 }
 
 /// A matrix `[rows, cols]` (dense or block-quantized) by canonical name.
-pub fn load_matrix(src: &dyn TensorSource, layout: CheckpointLayout, canonical: &str, rows: usize, cols: usize) -> Result<Matrix> {
+pub fn load_matrix(
+    src: &dyn TensorSource,
+    layout: CheckpointLayout,
+    canonical: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Matrix> {
     Loader { src, layout }.matrix(canonical, rows, cols)
 }
 
 /// A float tensor of exactly `shape` by canonical name.
-pub fn load_floats(src: &dyn TensorSource, layout: CheckpointLayout, canonical: &str, shape: &[usize]) -> Result<Vec<f32>> {
+pub fn load_floats(
+    src: &dyn TensorSource,
+    layout: CheckpointLayout,
+    canonical: &str,
+    shape: &[usize],
+) -> Result<Vec<f32>> {
     Loader { src, layout }.floats(canonical, shape)
 }
 
