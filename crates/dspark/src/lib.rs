@@ -3,7 +3,8 @@
 //! `markov.rs` the Markov and confidence heads; the plugin reads the
 //! drafter's `mtp.*` weights from the checkpoint directory the engine runs.
 //!
-//! Options (JSON): `{"variant": "exact" | "fp8"}`.
+//! Options (JSON): `{"variant": "exact" | "fp8", "moe": "fused" | "per-expert"}`,
+//! both optional (exact, fused).
 
 pub mod markov;
 pub mod model;
@@ -14,6 +15,8 @@ use std::sync::Arc;
 
 use drafter_abi::{export_drafter, Drafter, DrafterInitV1};
 use kvstate::StateStore;
+use trunk::cpu::ops::moe::MoeArm;
+use trunk::cpu::Variant;
 
 use crate::model::{Dspark, DsparkWeights};
 
@@ -35,7 +38,7 @@ impl Drafter for DsparkDrafter {
             // SAFETY: as above.
             unsafe { CStr::from_ptr(init.options_json) }.to_string_lossy().into_owned()
         };
-        let variant = parse_options(&opts)?;
+        let (variant, moe) = parse_options(&opts)?;
         let w = DsparkWeights::load(&dir).map_err(|e| format!("{e:#}"))?;
         if w.cfg.hidden_size != init.hidden_size as usize || w.cfg.vocab_size != init.vocab_size as usize {
             return Err(format!(
@@ -47,7 +50,8 @@ impl Drafter for DsparkDrafter {
                 init.vocab_size
             ));
         }
-        let inner = Dspark::new(Arc::new(w), variant, init.max_positions as usize);
+        let mut inner = Dspark::new(Arc::new(w), variant, init.max_positions as usize);
+        inner.moe = moe;
         let layout_json = serde_json::to_string(&**inner.state.layout()).map_err(|e| e.to_string())?;
         Ok(DsparkDrafter { inner, layout_json })
     }
@@ -90,22 +94,34 @@ impl Drafter for DsparkDrafter {
     }
 }
 
-/// `{"variant": "exact" | "fp8"}`; empty means exact.
-pub fn parse_options(opts: &str) -> Result<trunk::cpu::Variant, String> {
+/// The plugin's options: `{"variant": "exact" | "fp8", "moe": "fused" | "per-expert"}`,
+/// each optional; empty means exact and fused.
+pub fn parse_options(opts: &str) -> Result<(Variant, MoeArm), String> {
     if opts.trim().is_empty() {
-        return Ok(trunk::cpu::Variant::Exact);
+        return Ok((Variant::Exact, MoeArm::Fused));
     }
     let v: serde_json::Value =
         serde_json::from_str(opts).map_err(|e| format!("DSpark options are not JSON ({e}): {opts}"))?;
     let obj = v.as_object().ok_or_else(|| format!("DSpark options must be a JSON object: {opts}"))?;
-    if let Some(k) = obj.keys().find(|k| k.as_str() != "variant") {
-        return Err(format!("DSpark options: unknown key `{k}` (known: variant)"));
+    if let Some(k) = obj.keys().find(|k| !matches!(k.as_str(), "variant" | "moe")) {
+        return Err(format!("DSpark options: unknown key `{k}` (known: variant, moe)"));
     }
-    match obj.get("variant").map(|v| v.as_str()) {
-        None | Some(Some("exact")) => Ok(trunk::cpu::Variant::Exact),
-        Some(Some("fp8")) => Ok(trunk::cpu::Variant::Fp8),
-        Some(other) => Err(format!("DSpark options: variant must be \"exact\" or \"fp8\", got {other:?}")),
-    }
+    let text = |key: &str| -> Result<Option<&str>, String> {
+        match obj.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| format!("DSpark options: `{key}` must be a string, got {v}")),
+        }
+    };
+    let variant = match text("variant")? {
+        None | Some("exact") => Variant::Exact,
+        Some("fp8") => Variant::Fp8,
+        Some(other) => return Err(format!("DSpark options: variant must be \"exact\" or \"fp8\", got \"{other}\"")),
+    };
+    let moe = match text("moe")? {
+        None => MoeArm::Fused,
+        Some(m) => m.parse::<MoeArm>().map_err(|e| format!("DSpark options: {e}"))?,
+    };
+    Ok((variant, moe))
 }
 
 export_drafter!(DsparkDrafter);

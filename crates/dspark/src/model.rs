@@ -119,6 +119,8 @@ pub struct Capture {
 pub struct Dspark {
     pub w: Arc<DsparkWeights>,
     pub variant: Variant,
+    /// How the stages' MoE runs; both arms give identical bits.
+    pub moe: MoeArm,
     pub state: HostState,
     rope: Rope,
 }
@@ -127,7 +129,7 @@ impl Dspark {
     pub fn new(w: Arc<DsparkWeights>, variant: Variant, capacity: usize) -> Dspark {
         let rope = Rope::main(&w.cfg);
         let state = HostState::new(Arc::new(w.layout(0)), capacity);
-        Dspark { w, variant, state, rope }
+        Dspark { w, variant, moe: MoeArm::Fused, state, rope }
     }
 
     /// Taps per committed row: `target_layer_ids.len() * hidden` floats.
@@ -231,7 +233,7 @@ impl Dspark {
             let mut h: Vec<f32> =
                 (0..g).flat_map(|i| collapse(&mixes[i].pre, &x[i * hc * d..(i + 1) * hc * d], d)).collect();
             rms_norm(&mut h, d, Some(&st.ffn_norm), eps);
-            let (m, _) = moe_forward(cfg, &st.ffn, &h, &tokens, self.variant, MoeArm::PerExpert);
+            let (m, _) = moe_forward(cfg, &st.ffn, &h, &tokens, self.variant, self.moe);
             for i in 0..g {
                 hc_post(&mixes[i], &m[i * d..(i + 1) * d], &mut x[i * hc * d..(i + 1) * hc * d], d);
             }

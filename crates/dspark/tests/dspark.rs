@@ -9,6 +9,7 @@ use dspark::model::{Dspark, DsparkWeights};
 use dspark::parse_options;
 use kvstate::{restore, snapshot, StateStore};
 use trunk::cpu::forward::Logits;
+use trunk::cpu::ops::moe::MoeArm;
 use trunk::cpu::{CpuOracle, Variant};
 use trunk::synth::write::{write_model, WriteOptions};
 use trunk::synth::{Preset, Synth};
@@ -92,6 +93,32 @@ fn heads_agree_with_their_capture() {
 }
 
 #[test]
+fn moe_arms_give_identical_proposals_and_captures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (w, taps, tokens) = setup(tmp.path());
+    let run = |moe: MoeArm, variant: Variant| {
+        let mut ds = Dspark::new(w.clone(), variant, 64);
+        ds.moe = moe;
+        ds.commit(0, &taps).unwrap();
+        ds.forward_spec(tokens[39]).unwrap()
+    };
+    let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    for variant in [Variant::Exact, Variant::Fp8] {
+        let (d1, c1, k1) = run(MoeArm::Fused, variant);
+        let (d2, c2, k2) = run(MoeArm::PerExpert, variant);
+        assert_eq!(d1, d2, "{variant}");
+        assert_eq!(bits(&c1), bits(&c2), "{variant}: confidences");
+        assert_eq!(bits(&k1.collapsed), bits(&k2.collapsed), "{variant}: collapsed hidden");
+        assert_eq!(bits(&k1.logits_markov), bits(&k2.logits_markov), "{variant}: logits");
+    }
+    // the variants differ, so the bitwise comparisons above can fail
+    assert_ne!(
+        bits(&run(MoeArm::Fused, Variant::Exact).2.collapsed),
+        bits(&run(MoeArm::Fused, Variant::Fp8).2.collapsed)
+    );
+}
+
+#[test]
 fn state_moves_into_a_fresh_larger_drafter() {
     let tmp = tempfile::tempdir().unwrap();
     let (w, taps, tokens) = setup(tmp.path());
@@ -132,8 +159,10 @@ fn a_checkpoint_without_a_drafter_is_named() {
 
 #[test]
 fn options_are_parsed_strictly() {
-    assert_eq!(parse_options("").unwrap(), Variant::Exact);
-    assert_eq!(parse_options(r#"{"variant":"fp8"}"#).unwrap(), Variant::Fp8);
+    assert_eq!(parse_options("").unwrap(), (Variant::Exact, MoeArm::Fused));
+    assert_eq!(parse_options(r#"{"variant":"fp8"}"#).unwrap(), (Variant::Fp8, MoeArm::Fused));
+    assert_eq!(parse_options(r#"{"moe":"per-expert"}"#).unwrap(), (Variant::Exact, MoeArm::PerExpert));
+    assert!(parse_options(r#"{"moe":"grouped"}"#).unwrap_err().contains("unknown MoE arm"));
     assert!(parse_options(r#"{"variant":"fp4"}"#).unwrap_err().contains("variant"));
     assert!(parse_options(r#"{"varient":"fp8"}"#).unwrap_err().contains("unknown key `varient`"));
     assert!(parse_options("fp8").unwrap_err().contains("not JSON"));

@@ -13,7 +13,10 @@ use anyhow::{anyhow, bail, Result};
 use kvstate::{restore, snapshot_with, HostBytes, Identity, Snapshot, StateStore};
 use serde::Serialize;
 
+use kvstate::Joint;
+use trunk::drafter::{Drafter, DrafterPlugin, DrafterSetup};
 use trunk::generate::argmax;
+use trunk::speculative::Target;
 
 /// An engine whose decode state lives in kvstate classes.
 pub trait CacheEngine {
@@ -230,6 +233,69 @@ impl CacheEngine for GpuEngine<'_> {
     }
     fn restore(&self, s: &Snapshot<kvstate::PinnedBytes>, st: &mut Self::State) -> Result<()> {
         st.kv.restore_bulk(s).map_err(|e| anyhow!("{e}"))
+    }
+}
+
+/// A target with a drafter plugin riding along: the state is the joint of
+/// the target's classes (`trunk/...`) and the drafter's (`drafter/...`), and
+/// every consumed token's taps are committed to the drafter, as speculative
+/// decoding does. The gate then covers the drafter's rings as well.
+pub struct DraftedEngine<'a, T: Target> {
+    pub target: &'a T,
+    pub plugin: std::sync::Arc<DrafterPlugin>,
+    pub model_dir: std::path::PathBuf,
+    pub options_json: Option<String>,
+    pub identity: Identity,
+    pub label: String,
+}
+
+impl<T: Target> DraftedEngine<'_, T> {
+    fn feed(&self, st: &mut Joint<T::State, Drafter>, tokens: &[u32], chunk: usize) -> Result<Vec<f32>> {
+        let layers = st.second.tap_layers.clone();
+        let mut last = Vec::new();
+        for c in tokens.chunks(chunk.max(1)) {
+            let pos0 = st.first.positions();
+            let (logits, taps) = self.target.run(&mut st.first, c, trunk::cpu::Logits::Last, &layers)?;
+            st.second.commit(c, pos0, &taps)?;
+            last = logits;
+        }
+        Ok(last)
+    }
+}
+
+impl<T: Target> CacheEngine for DraftedEngine<'_, T> {
+    type State = Joint<T::State, Drafter>;
+    type Host = Vec<u8>;
+    fn alloc(&self, capacity: usize, chunk: usize) -> Result<Self::State> {
+        let setup = DrafterSetup {
+            vocab_size: self.target.vocab(),
+            hidden_size: self.target.hidden(),
+            max_positions: capacity,
+            model_dir: Some(&self.model_dir),
+            options_json: self.options_json.as_deref(),
+            embed_f32: None,
+            head_f32: None,
+        };
+        let drafter = Drafter::new(self.plugin.clone(), &setup)?;
+        let trunk = self.target.new_state(capacity, chunk, 0)?;
+        Joint::new(("trunk", "drafter"), trunk, drafter).map_err(|e| anyhow!("{e}"))
+    }
+    fn prefill(&self, st: &mut Self::State, tokens: &[u32], chunk: usize) -> Result<Vec<f32>> {
+        self.feed(st, tokens, chunk)
+    }
+    fn step(&self, st: &mut Self::State, token: u32) -> Result<Vec<f32>> {
+        self.feed(st, &[token], 1)
+    }
+    fn host(&self, bytes: usize) -> Result<Vec<u8>> {
+        Ok(vec![0u8; bytes])
+    }
+    fn identity(&self) -> Identity {
+        let mut id = self.identity.clone();
+        id.insert("drafter".into(), self.plugin.name.clone());
+        id
+    }
+    fn describe(&self) -> String {
+        format!("{} + drafter {}", self.label, self.plugin.name)
     }
 }
 

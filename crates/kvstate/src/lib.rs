@@ -7,12 +7,14 @@
 //! disk in a checked file format. It knows nothing about any model.
 
 pub mod device;
+mod joint;
 mod layout;
 pub mod park;
 mod snapshot;
 mod state;
 
 pub use device::{DeviceState, PinnedBytes};
+pub use joint::Joint;
 pub use layout::{CapacityRule, ClassSpec, ElemType, Layout};
 pub use park::{park, read_snapshot, unpark, write_snapshot, Identity};
 pub use snapshot::{check_restorable, restore, snapshot, snapshot_with, ClassSnapshot, HostBytes, Snapshot};

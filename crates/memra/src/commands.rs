@@ -12,7 +12,6 @@ use crate::args::Args;
 use trunk::bank::Bank;
 use trunk::cpu::{CpuOracle, Logits, Variant};
 use trunk::generate::{greedy_cpu, greedy_gpu, random_prompt, read_tokens_file};
-use trunk::gpu::{Dsv4Gpu, GpuOptions, MoeArm};
 use trunk::model::{open_or_embedded, LoadedModel};
 use trunk::synth::check::activation_report;
 use trunk::synth::write::{write_model, WriteOptions};
@@ -40,10 +39,7 @@ fn gpu_backend(a: &Args) -> Result<bool> {
     }
 }
 
-fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Result<Dsv4Gpu> {
-    let opts = GpuOptions { variant, moe: a.parsed_or("moe", MoeArm::Fused)?, fault: None };
-    Dsv4Gpu::load(model.weights.clone(), &crate::gate::parse_devices(a.get("devices"))?, opts)
-}
+use crate::gate::load_gpu;
 
 fn load(a: &Args) -> Result<(LoadedModel, CpuOracle)> {
     let arm: ExpertArm = a.parsed_or("experts", ExpertArm::Native)?;
@@ -145,7 +141,7 @@ pub fn generate(argv: &[String]) -> Result<()> {
     Ok(())
 }
 
-fn drafter_options(a: &Args) -> Result<Option<String>> {
+pub(crate) fn drafter_options(a: &Args) -> Result<Option<String>> {
     let Some(o) = a.get("drafter-options") else { return Ok(None) };
     let Some(file) = o.strip_prefix('@') else { return Ok(Some(o.to_string())) };
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;

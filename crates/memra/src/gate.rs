@@ -22,6 +22,7 @@ memra gate chunks <model> [--tokens FILE | --prompt-len N] [--widths 1,7,32,64] 
                 [--variant exact|fp8] [--experts A] [--out FILE]
 memra gate compare <model> [--tokens FILE | --prompt-len N] [--devices D] [--variant V] [--experts A]
 memra gate host-cache <model> <tokens.json> [--devices D] [--variant V] [--backend gpu|cpu] [--out-dir DIR]
+                [--drafter LIB.so [--drafter-options JSON|@FILE]]
 
 tf: the teacher-forced gate. Feeds the banked tokens to the GPU, compares the
 argmax at every position with the bank, classifies disagreements (in band,
@@ -33,6 +34,9 @@ host-cache: warm a state (66 ids + 17 greedy steps), snapshot it to page-locked
 host memory, restore into capacity +97, park to disk and load, compare every
 class bit for bit, continue 11 steps on all and compare logits, and check that
 chunk widths 1 and 64 leave identical classes. Prints the snapshot bytes.
+With --drafter the drafter plugin rides along (every token's taps committed)
+and its state classes (`drafter/...`) are parked and compared with the
+trunk's (`trunk/...`).
 Every gate exits non-zero when it fails.
 ";
 
@@ -51,7 +55,9 @@ fn tokens_arg(a: &Args, vocab: usize) -> Result<Vec<u32>> {
     }
 }
 
-fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Result<Dsv4Gpu> {
+/// The GPU engine with the options the commands share (`--moe`, `--devices`,
+/// and `--inject-fault` where a command accepts it).
+pub(crate) fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Result<Dsv4Gpu> {
     let opts =
         GpuOptions { variant, moe: a.parsed_or("moe", MoeArm::Fused)?, fault: a.parsed::<Fault>("inject-fault")? };
     Dsv4Gpu::load(model.weights.clone(), &parse_devices(a.get("devices"))?, opts)
@@ -84,6 +90,8 @@ pub fn gate(argv: &[String]) -> Result<()> {
             "out",
             "backend",
             "out-dir",
+            "drafter",
+            "drafter-options",
         ],
         &[],
     )?;
@@ -195,22 +203,46 @@ pub fn gate(argv: &[String]) -> Result<()> {
             );
         }
         "host-cache" => {
-            use gates::host_cache::{dsv4_identity, host_cache_gate, CpuEngine, GpuEngine};
+            use gates::host_cache::{dsv4_identity, host_cache_gate, CpuEngine, DraftedEngine, GpuEngine};
             let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
             let ids = read_tokens_file(&PathBuf::from(a.positional.get(2).context("missing <tokens.json>")?))?;
             let dir = a.path("out-dir").unwrap_or_else(std::env::temp_dir);
             std::fs::create_dir_all(&dir)?;
             let identity = dsv4_identity(model.config(), &model.sha256, variant);
-            let rep = match a.get("backend").unwrap_or("gpu") {
-                "gpu" => {
+            let drafter = match a.path("drafter") {
+                None => None,
+                Some(lib) => Some((trunk::drafter::DrafterPlugin::load(&lib)?, crate::commands::drafter_options(&a)?)),
+            };
+            fn drafted<'t, T: trunk::speculative::Target>(
+                target: &'t T,
+                label: String,
+                model_dir: &Path,
+                (plugin, options_json): (std::sync::Arc<trunk::drafter::DrafterPlugin>, Option<String>),
+                identity: kvstate::Identity,
+            ) -> DraftedEngine<'t, T> {
+                DraftedEngine { target, plugin, model_dir: model_dir.to_path_buf(), options_json, identity, label }
+            }
+            let rep = match (a.get("backend").unwrap_or("gpu"), drafter.is_some()) {
+                ("gpu", false) => {
                     let gpu = load_gpu(&a, &model, variant)?;
                     host_cache_gate(&GpuEngine { gpu: &gpu, identity }, &ids, &dir, None)?
                 }
-                "cpu" => {
+                ("cpu", false) => {
                     let o = CpuOracle::new(model.weights.clone(), variant);
                     host_cache_gate(&CpuEngine { oracle: &o, identity }, &ids, &dir, None)?
                 }
-                other => bail!("unknown --backend `{other}`"),
+                ("gpu", true) => {
+                    let gpu = load_gpu(&a, &model, variant)?;
+                    let label = format!("gpu/{variant} devices {:?}", gpu.devices());
+                    let e = drafted(&gpu, label, &model_path, drafter.expect("a drafter"), identity);
+                    host_cache_gate(&e, &ids, &dir, None)?
+                }
+                ("cpu", true) => {
+                    let o = CpuOracle::new(model.weights.clone(), variant);
+                    let e = drafted(&o, format!("cpu/{variant}"), &model_path, drafter.expect("a drafter"), identity);
+                    host_cache_gate(&e, &ids, &dir, None)?
+                }
+                (other, _) => bail!("unknown --backend `{other}`"),
             };
             write_json(&dir.join("host_cache_gate.json"), &rep)?;
             println!(

@@ -62,8 +62,11 @@ fn speculative_equals_greedy_for_every_drafter_and_moe_arm() {
             for schedule in ["confidence", "fixed"] {
                 let mut args: Vec<&str> = base.to_vec();
                 args.extend(["--drafter", lib.to_str().unwrap(), "--moe", moe, "--schedule", schedule]);
-                if let Some(o) = options {
-                    args.extend(["--drafter-options", o]);
+                let dspark_opts = format!("{{\"moe\":\"{moe}\"}}");
+                match (options, *name) {
+                    (Some(o), _) => args.extend(["--drafter-options", o]),
+                    (None, "dspark") => args.extend(["--drafter-options", dspark_opts.as_str()]),
+                    _ => {}
                 }
                 let r = memra(&args);
                 assert_eq!(r["tokens"], plain["tokens"], "{name} {moe} {schedule}: speculative != greedy");
