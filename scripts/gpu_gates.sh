@@ -2,14 +2,17 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: gates hostcache fixtures park perf (default: gates)
+# sections: gates hostcache fixtures park perf spec (default: gates)
+# MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
+# to ./target/release.
 # Writes a summary (summary.txt) and everything else packed in results.tgz
 # under $OUT (or ./out).
 set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT" /tmp/m
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-M=./target/release/memra
+M=${MEMRA:-./target/release/memra}
+P=${PLUGINS:-./target/release}
 LOG="$OUT/gates.log"
 SUMMARY="$OUT/summary.txt"
 : > "$LOG"; : > "$SUMMARY"
@@ -92,6 +95,44 @@ park() {
 perf() {
   step "roofline flash-shape 4 layers" $M bench roofline --layers 4 --out $OUT/roofline.json
   grep -E "^(ceilings|case|decode|prefill|breakdown)" "$LOG" | tee -a "$SUMMARY"
+}
+gen_to() { # file, generate args...
+  local f=$1; shift
+  $M generate "$@" > "$f"
+}
+spec() {
+  [ -d /tmp/m/tiny_ds ] || step "synth tiny --dspark" $M synth --preset tiny --seed 4 --out /tmp/m/tiny_ds --dspark
+  [ -d /tmp/m/small_ds ] || step "synth small --dspark" $M synth --preset small --seed 1 --out /tmp/m/small_ds --dspark
+  for model in tiny small; do
+    local m=/tmp/m/${model}_ds base="$OUT/spec_${model}"
+    for moe in fused per-expert; do
+      step "plain $model $moe" gen_to ${base}_plain_$moe.json --model $m --backend gpu --moe $moe --max-tokens 96 --no-stop --json
+      step "spec $model ngram $moe" gen_to ${base}_ngram_$moe.json --model $m --backend gpu --moe $moe --max-tokens 96 --no-stop --json --drafter $P/libngram_drafter.so
+      step "spec $model replay $moe" gen_to ${base}_replay_$moe.json --model $m --backend gpu --moe $moe --max-tokens 96 --no-stop --json --drafter $P/libreplay_drafter.so --drafter-options @${base}_plain_fused.json --schedule fixed
+      step "spec $model dspark $moe" gen_to ${base}_dspark_$moe.json --model $m --backend gpu --moe $moe --max-tokens 96 --no-stop --json --drafter $P/libdspark.so --drafter-options "{\"moe\":\"$moe\"}"
+    done
+    mkdir -p $OUT/hc_${model}_dspark
+    python3 -c "import json,random; random.seed(5); json.dump([random.randrange(2,320) for _ in range(100)], open('/tmp/m/ids_ds.json','w'))"
+    step "host-cache $model + dspark" $M gate host-cache $m /tmp/m/ids_ds.json --drafter $P/libdspark.so --out-dir $OUT/hc_${model}_dspark
+  done
+  python3 - "$OUT" <<'PY' | tee -a "$SUMMARY"
+import json, sys, glob, os
+out = sys.argv[1]
+for model in ("tiny", "small"):
+    plain = json.load(open(f"{out}/spec_{model}_plain_fused.json"))
+    for f in sorted(glob.glob(f"{out}/spec_{model}_*.json")):
+        try:
+            r = json.load(open(f))
+        except ValueError:
+            print(f"spec {model:5} {os.path.basename(f)}: no result (see gates.log)")
+            continue
+        name = os.path.basename(f)[len(f"spec_{model}_"):-5]
+        same = r["tokens"] == plain["tokens"]
+        acc = r.get("mean_accepted")
+        print(f"spec {model:5} {name:18} tokens {len(r['tokens'])} equal to plain greedy {same} "
+              f"tokens/s {r['tokens_per_s']:8.1f} mean accepted {acc if acc is None else round(acc, 3)} "
+              f"by position {[round(x, 3) for x in r.get('acceptance_by_position', [])]}")
+PY
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 for s in "${@:-gates}"; do $s; done

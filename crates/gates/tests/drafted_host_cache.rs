@@ -22,6 +22,9 @@ fn libdspark() -> PathBuf {
     cmd.args(["build", "-q", "-p", "dspark"]);
     if profile_dir.ends_with("release") {
         cmd.arg("--release");
+    } else {
+        // the test profile (optimized): the same build the tests link against
+        cmd.args(["--profile", "test"]);
     }
     assert!(cmd.status().unwrap().success(), "building the DSpark plugin failed");
     profile_dir.join(format!("{}dspark{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX))

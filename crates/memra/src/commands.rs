@@ -57,7 +57,8 @@ const GENERATE_HELP: &str = "memra generate [--model DIR|FILE.gguf] [--prompt TE
 Greedy decoding. Without --model it runs the embedded tiny synthetic model
 (generated in memory, seed 0), so it works on a fresh machine. Prints the
 text (stdout) and tokens/s (stderr); --json prints one object with
-`tokens`, `text`, `tokens_per_s`.
+`prompt` (ids), `tokens`, `text`, `tokens_per_s`; that output can feed the
+replay drafter (--drafter-options @FILE).
 
 With --drafter, decoding is speculative and greedy: the drafter plugin
 (loaded at run time) proposes up to --ceiling tokens (default 5), the target
@@ -119,6 +120,7 @@ pub fn generate(argv: &[String]) -> Result<()> {
             "variant": oracle.variant.to_string(),
             "backend": backend,
             "prompt_tokens": g.prompt_tokens,
+            "prompt": prompt,
             "tokens": g.tokens,
             "text": text,
             "tokens_per_s": g.tokens_per_s(),
@@ -222,6 +224,7 @@ fn generate_speculative(
                 "backend": backend,
                 "drafter": drafter.name(),
                 "prompt_tokens": prompt.len(),
+                "prompt": prompt,
                 "tokens": tokens,
                 "text": text,
                 "tokens_per_s": tps,

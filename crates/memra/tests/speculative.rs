@@ -21,6 +21,9 @@ fn plugins() -> PathBuf {
     cmd.args(["build", "-q", "-p", "drafter-ngram", "-p", "drafter-replay", "-p", "dspark"]);
     if release {
         cmd.arg("--release");
+    } else {
+        // the test profile (optimized): the same build the tests link against
+        cmd.args(["--profile", "test"]);
     }
     let st = cmd.status().unwrap();
     assert!(st.success(), "building the drafter plugins failed");
@@ -29,11 +32,23 @@ fn plugins() -> PathBuf {
 
 #[test]
 fn speculative_equals_greedy_for_every_drafter_and_moe_arm() {
+    speculative_equals_greedy("tiny");
+}
+
+/// The same on the `small` preset (heavy: minutes on two cores; run with
+/// `cargo test --workspace -- --include-ignored`).
+#[test]
+#[ignore = "heavy: the small preset"]
+fn speculative_equals_greedy_on_small() {
+    speculative_equals_greedy("small");
+}
+
+fn speculative_equals_greedy(preset: &str) {
     let dir = plugins();
     let tmp = tempfile::tempdir().unwrap();
-    let model = tmp.path().join("tiny");
+    let model = tmp.path().join(preset);
     let out = Command::new(env!("CARGO_BIN_EXE_memra"))
-        .args(["synth", "--preset", "tiny", "--seed", "4", "--out", model.to_str().unwrap(), "--dspark"])
+        .args(["synth", "--preset", preset, "--seed", "4", "--out", model.to_str().unwrap(), "--dspark"])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -51,6 +66,7 @@ fn speculative_equals_greedy_for_every_drafter_and_moe_arm() {
     let base = ["generate", "--model", m, "--tokens", p, "--max-tokens", "96", "--no-stop", "--json"];
     let plain = memra(&base);
     assert_eq!(plain["tokens"], b["tokens"], "plain greedy equals the bank");
+    assert_eq!(plain["prompt"], b["prompt"]);
     let opts = format!("@{}", bank.display());
     let libs = [
         ("ngram", dir.join("libngram_drafter.so"), None),

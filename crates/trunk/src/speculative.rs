@@ -8,10 +8,13 @@
 //! decode steps leave, the tokens equal plain greedy decoding's.
 //!
 //! The verify length per step comes from the confidence-scheduled prefix
-//! scheduler (DSpark paper, Algorithm 1, for one request): admit drafts in
-//! order while `tau * SPS(B)` grows, `tau` the expected tokens (1 plus the
-//! running products of confidences) and `SPS(B)` the target's measured
-//! steps per second at `B` tokens, stopping at the first drop.
+//! scheduler (DSpark paper, Algorithm 1, for one request): verify the draft
+//! prefix that maximizes `tau * SPS(B)`, `tau` the expected tokens (1 plus
+//! the running products of confidences) and `SPS(B)` the target's measured
+//! steps per second at `B` tokens. Algorithm 1 admits drafts greedily and
+//! stops at the first drop; with one request and at most `ceiling` prefixes
+//! the full scan costs nothing and never picks a worse prefix (a slow width
+//! in the profile can hide a better, longer one).
 
 use std::time::Instant;
 
@@ -140,20 +143,18 @@ impl Schedule {
         match self {
             Schedule::Fixed => conf.len(),
             Schedule::Confidence { sps } => {
+                // expected tokens per pass (1 + the chance each draft
+                // survives) times passes per second, over every prefix;
+                // the shortest best wins ties
                 let at = |b: usize| sps[(b - 1).min(sps.len() - 1)];
                 let (mut a, mut tau, mut best, mut best_l) = (1.0f64, 1.0f64, at(1), 0usize);
                 for (j, &c) in conf.iter().enumerate() {
                     a *= c.clamp(0.0, 1.0) as f64;
-                    if a <= 0.0 {
-                        break;
-                    }
                     tau += a;
                     let theta = tau * at(j + 2);
                     if theta > best {
                         best = theta;
                         best_l = j + 1;
-                    } else {
-                        break;
                     }
                 }
                 best_l
@@ -169,8 +170,9 @@ pub fn profile_sps<T: Target>(t: &T, max_tokens: usize, reps: usize) -> Result<V
     for b in 1..=max_tokens {
         let mut times = Vec::new();
         for _ in 0..reps.max(1) {
-            let mut st = t.new_state(64 + b, b.max(1), 0)?;
-            let warm: Vec<u32> = (0..64).map(|i| (i % (t.vocab() - 2)) as u32 + 2).collect();
+            // 32 warm positions in one chunk, then the timed pass of b tokens
+            let mut st = t.new_state(32 + b, b.max(32), 0)?;
+            let warm: Vec<u32> = (0..32 + b).map(|i| (i % (t.vocab() - 2)) as u32 + 2).collect();
             t.run(&mut st, &warm[..32], Logits::None, &[])?;
             let toks = &warm[32..32 + b];
             let s = Instant::now();
@@ -294,4 +296,81 @@ pub fn speculative_greedy<T: Target>(
     }
     stats.seconds = started.elapsed().as_secs_f64();
     Ok((out, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    /// A target that enforces the GPU's contract: a state allocated for
+    /// chunks of `c` tokens refuses wider runs, and capacity is checked.
+    struct Strict {
+        chunk: Cell<usize>,
+    }
+
+    impl Target for Strict {
+        type State = kvstate::HostState;
+        fn vocab(&self) -> usize {
+            8
+        }
+        fn hidden(&self) -> usize {
+            4
+        }
+        fn new_state(&self, capacity: usize, chunk: usize, _slack: usize) -> Result<Self::State> {
+            self.chunk.set(chunk);
+            let l = kvstate::Layout::new(vec![kvstate::ClassSpec::new(
+                "kv",
+                1,
+                kvstate::ElemType::F32,
+                kvstate::CapacityRule::Grows { positions_per_row: 1 },
+            )])
+            .unwrap();
+            Ok(kvstate::HostState::new(Arc::new(l), capacity))
+        }
+        fn run(&self, st: &mut Self::State, tokens: &[u32], _: Logits, _: &[usize]) -> Result<(Vec<f32>, Vec<f32>)> {
+            if tokens.len() > self.chunk.get() {
+                bail!("chunk of {} tokens is wider than this state's scratch ({})", tokens.len(), self.chunk.get());
+            }
+            if st.positions() + tokens.len() > st.capacity() {
+                bail!("capacity {} exceeded", st.capacity());
+            }
+            st.set_positions(st.positions() + tokens.len());
+            Ok((vec![0.0; tokens.len() * 8], Vec::new()))
+        }
+        fn rewind(&self, st: &mut Self::State, positions: usize) -> Result<()> {
+            st.set_positions(positions);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn profiling_respects_the_chunk_contract_at_every_width() {
+        let t = Strict { chunk: Cell::new(0) };
+        for ceiling in [1, 5, 40] {
+            let sps = profile_sps(&t, ceiling + 1, 2).unwrap();
+            assert_eq!(sps.len(), ceiling + 1);
+            assert!(sps.iter().all(|&x| x > 0.0 && x.is_finite()));
+        }
+    }
+
+    #[test]
+    fn the_schedule_trades_expected_acceptance_against_speed() {
+        let conf = [0.9f32, 0.8, 0.5, 0.1];
+        assert_eq!(Schedule::Fixed.length(&conf), 4);
+        // speed independent of width: every draft with positive confidence pays
+        let flat = Schedule::Confidence { sps: vec![100.0; 5] };
+        assert_eq!(flat.length(&conf), 4);
+        assert_eq!(flat.length(&[0.9, 0.0, 0.9]), 1, "a zero confidence ends the prefix");
+        // passes slow down fast: verifying nothing beats every prefix
+        let steep = Schedule::Confidence { sps: vec![100.0, 40.0, 30.0, 20.0, 10.0] };
+        assert_eq!(steep.length(&conf), 0);
+        // the best prefix may lie beyond one that does not pay on its own
+        let dip = Schedule::Confidence { sps: vec![100.0, 50.0, 49.0, 48.0, 47.0] };
+        assert_eq!(dip.length(&[1.0, 1.0, 1.0]), 3);
+        assert_eq!(dip.length(&conf), 3);
+        let mild = Schedule::Confidence { sps: vec![100.0, 95.0, 90.0, 75.0, 60.0] };
+        assert_eq!(mild.length(&conf), 2);
+    }
 }
