@@ -132,8 +132,13 @@ pub struct Instance<D> {
     pub layout: std::ffi::CString,
 }
 
+/// Copy `msg` into `buf` as a NUL-terminated string, truncated to fit;
+/// returns the full message length.
+///
+/// # Safety
+/// `buf` is null or points to `len` writable bytes.
 #[doc(hidden)]
-pub fn write_cstr(msg: &str, buf: *mut c_char, len: usize) -> usize {
+pub unsafe fn write_cstr(msg: &str, buf: *mut c_char, len: usize) -> usize {
     if buf.is_null() || len == 0 {
         return msg.len();
     }

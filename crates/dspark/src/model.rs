@@ -142,7 +142,7 @@ impl Dspark {
     pub fn commit(&mut self, pos0: usize, taps: &[f32]) -> Result<()> {
         let (d, hd, rd) = (self.w.cfg.hidden_size, self.w.cfg.head_dim, self.w.cfg.rope_dim);
         let tw = self.tap_width();
-        if tw == 0 || taps.len() % tw != 0 {
+        if tw == 0 || !taps.len().is_multiple_of(tw) {
             bail!("DSpark: {} tap values are not whole rows of {tw}", taps.len());
         }
         if pos0 != self.state.positions() {
