@@ -48,7 +48,8 @@ pub struct DrafterInitV1 {
     pub cu_stream: *mut c_void,
     pub device_ordinal: i32,
     /// The engine's shared embedding `[vocab, hidden]` and LM head, as f32 on
-    /// the host (null when the drafter does not need them).
+    /// the host, or null. The memra CLI passes null today: no shipped drafter
+    /// reads them (DSpark loads both from `model_dir`).
     pub embed_f32: *const f32,
     pub head_f32: *const f32,
 }

@@ -51,9 +51,11 @@ pub struct DsparkWeights {
 
 impl DsparkWeights {
     /// The drafter stored in a checkpoint directory (official names, `mtp.*`).
+    /// Reads the config, the shared embedding and head, and the `mtp.*`
+    /// tensors; nothing of the trunk's layers.
     pub fn load(dir: &Path) -> Result<DsparkWeights> {
-        let model = trunk::model::open_model(dir, trunk::weights::ExpertArm::Native)?;
-        let cfg = model.config().clone();
+        let cfg = Dsv4Config::from_hf_file(&dir.join("config.json"))?;
+        cfg.validate()?;
         let ds = cfg
             .dspark
             .clone()
@@ -77,8 +79,8 @@ impl DsparkWeights {
             markov_w1: load_matrix(&src, lay, &format!("{last}.markov_head.markov_w1"), v, r)?,
             markov_w2: load_matrix(&src, lay, &format!("{last}.markov_head.markov_w2"), v, r)?,
             confidence: load_floats(&src, lay, &format!("{last}.confidence_head.proj"), &[1, d + r])?,
-            embed: model.weights.embed.clone(),
-            head: model.weights.head.clone(),
+            embed: load_matrix(&src, lay, "embed", v, d)?,
+            head: load_matrix(&src, lay, "head", v, d)?,
             stages,
             cfg,
             ds,

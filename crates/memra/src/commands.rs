@@ -172,8 +172,6 @@ fn generate_speculative(
     let opts = drafter_options(a)?;
     let ceiling: usize = a.parsed_or("ceiling", 5)?;
     let cfg = model.config();
-    let embed = model.weights.embed.to_f32();
-    let head = model.weights.head.to_f32();
     let model_dir: Option<PathBuf> =
         a.path("model").map(|p| if p.is_dir() { p } else { p.parent().map(|x| x.to_path_buf()).unwrap_or(p) });
     let setup = DrafterSetup {
@@ -182,8 +180,10 @@ fn generate_speculative(
         max_positions: prompt.len() + max_new + ceiling + 2,
         model_dir: model_dir.as_deref(),
         options_json: opts.as_deref(),
-        embed_f32: Some(&embed),
-        head_f32: Some(&head),
+        // no drafter here reads them (DSpark loads its own from the checkpoint);
+        // decoding both to f32 would cost 2 x vocab x hidden x 4 bytes at start
+        embed_f32: None,
+        head_f32: None,
     };
     let mut drafter = Drafter::new(plugin, &setup)?;
     fn run<T: Target>(

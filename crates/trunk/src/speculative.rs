@@ -107,16 +107,7 @@ impl Target for crate::gpu::Dsv4Gpu {
         }
         let (l, res) = self.forward_capture(st, tokens, which)?;
         let (n, hc, d) = (tokens.len(), self.config.hc_mult, self.config.hidden_size);
-        let mut taps = Vec::with_capacity(n * tap_layers.len() * d);
-        for i in 0..n {
-            for &layer in tap_layers {
-                let x = &res[layer];
-                for c in 0..d {
-                    let s: f64 = (0..hc).map(|j| x[(i * hc + j) * d + c] as f64).sum();
-                    taps.push((s / hc as f64) as f32);
-                }
-            }
-        }
+        let taps = crate::cpu::ops::hc::stream_mean_taps(tap_layers, n, hc, d, |layer| &res[layer]);
         Ok((l, taps))
     }
     fn rewind(&self, st: &mut Self::State, positions: usize) -> Result<()> {

@@ -11,7 +11,7 @@ use kvstate::{HostState, StateStore};
 
 use super::ops::attention::{attend, grouped_output, project_qkv, QKV};
 use super::ops::compressor::pool_entry;
-use super::ops::hc::{collapse, hc_head, hc_post, hc_pre};
+use super::ops::hc::{collapse, hc_head, hc_post, hc_pre, stream_mean_taps};
 use super::ops::indexer::{scores, top_k};
 use super::ops::linear::linear;
 use super::ops::moe::moe_forward;
@@ -147,7 +147,7 @@ impl CpuOracle {
         }
         let eps = cfg.rms_norm_eps as f32;
         let hc_eps = cfg.hc_eps as f32;
-        let mut tap_rows: Vec<Vec<f32>> = Vec::new();
+        let mut tap_outputs: Vec<(usize, Vec<f32>)> = Vec::new();
         for (l, lw) in w.layers.iter().enumerate() {
             let lc = self.state_layout.layers[l];
             // attention site
@@ -174,14 +174,7 @@ impl CpuOracle {
             }
             if let Some((layers, _)) = &taps {
                 if layers.contains(&l) {
-                    let mut m = vec![0.0f32; n * d];
-                    for i in 0..n {
-                        for c in 0..d {
-                            let s: f64 = (0..hc).map(|j| x[(i * hc + j) * d + c] as f64).sum();
-                            m[i * d + c] = (s / hc as f64) as f32;
-                        }
-                    }
-                    tap_rows.push(m);
+                    tap_outputs.push((l, x.clone()));
                 }
             }
             if let Some(s) = stats.as_deref_mut() {
@@ -196,21 +189,11 @@ impl CpuOracle {
             }
         }
         if let Some((layers, out)) = taps.as_mut() {
-            if tap_rows.len() != layers.len() {
-                bail!("tap layers {layers:?}: the model has {} layers", w.layers.len());
+            if let Some(missing) = layers.iter().find(|l| !tap_outputs.iter().any(|(k, _)| k == *l)) {
+                bail!("tap layer {missing}: the model has {} layers", w.layers.len());
             }
-            // per token: the taps of each layer in the order asked for
-            let order: Vec<usize> = {
-                let mut sorted: Vec<usize> = layers.to_vec();
-                sorted.sort_unstable();
-                layers.iter().map(|l| sorted.iter().position(|x| x == l).unwrap()).collect()
-            };
-            out.clear();
-            for i in 0..n {
-                for &k in &order {
-                    out.extend_from_slice(&tap_rows[k][i * d..(i + 1) * d]);
-                }
-            }
+            let of = |layer: usize| tap_outputs.iter().find(|(k, _)| *k == layer).map(|(_, x)| x.as_slice()).unwrap();
+            **out = stream_mean_taps(layers, n, hc, d, of);
         }
         state.set_positions(t0 + n);
         let rows: Vec<usize> = match which {

@@ -101,6 +101,29 @@ pub fn hc_head(w: &HcWeights, x: &[f32], d: usize, hc_eps: f32, norm_eps: f32) -
     collapse(&pre, x, d)
 }
 
+/// A drafter's taps for `n` tokens: per token, for each of `layers` in
+/// order, the mean (f64 sum) over the hyper-connection streams of that
+/// layer's output; `out(layer)` is the output `[n, hc, d]`.
+pub fn stream_mean_taps<'a>(
+    layers: &[usize],
+    n: usize,
+    hc: usize,
+    d: usize,
+    out: impl Fn(usize) -> &'a [f32],
+) -> Vec<f32> {
+    let mut taps = Vec::with_capacity(n * layers.len() * d);
+    for i in 0..n {
+        for &layer in layers {
+            let x = out(layer);
+            for c in 0..d {
+                let s: f64 = (0..hc).map(|j| x[(i * hc + j) * d + c] as f64).sum();
+                taps.push((s / hc as f64) as f32);
+            }
+        }
+    }
+    taps
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
