@@ -2,7 +2,8 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: gates hostcache fixtures park perf spec (default: gates)
+# sections: gates hostcache fixtures park perf spec split deep peer
+# (default: gates); split and deep need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
 # Writes a summary (summary.txt) and everything else packed in results.tgz
@@ -133,6 +134,43 @@ for model in ("tiny", "small"):
               f"tokens/s {r['tokens_per_s']:8.1f} mean accepted {acc if acc is None else round(acc, 3)} "
               f"by position {[round(x, 3) for x in r.get('acceptance_by_position', [])]}")
 PY
+}
+split() { # the layer split on two real GPUs: same criteria as one GPU, same logits streams as 0,0
+  models
+  python3 -c "import json,random; random.seed(5); json.dump([random.randrange(2,320) for _ in range(100)], open('/tmp/m/ids_tiny.json','w')); json.dump([random.randrange(2,32000) for _ in range(100)], open('/tmp/m/ids_small.json','w'))"
+  for model in tiny small; do
+    for v in exact fp8; do
+      [ -f /tmp/m/bank_${model}_$v.json ] || step "bank $model $v" $M bank --model /tmp/m/$model --prompt-len 32 --n 160 --variant $v --out /tmp/m/bank_${model}_$v.json
+      for d in 0,0 0,1; do
+        step "tf $model $v dev $d" $M gate tf /tmp/m/$model /tmp/m/bank_${model}_$v.json $OUT/tf_${model}_${v}_${d/,/_} --devices $d
+      done
+      mkdir -p $OUT/hc_${model}_${v}_0_1
+      step "host-cache $model $v dev 0,1" $M gate host-cache /tmp/m/$model /tmp/m/ids_$model.json --variant $v --devices 0,1 --out-dir $OUT/hc_${model}_${v}_0_1
+    done
+  done
+  step "tf small exact FAULT drop-shared:6 dev 0,1" $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_fault_0_1 --devices 0,1 --inject-fault drop-shared:6
+  python3 - "$OUT" <<'PY' | tee -a "$SUMMARY"
+import json, sys
+out = sys.argv[1]
+for model in ("tiny", "small"):
+    for v in ("exact", "fp8"):
+        a = json.load(open(f"{out}/tf_{model}_{v}_0_0/tf_gate.json"))["stream_sha256"]
+        b = json.load(open(f"{out}/tf_{model}_{v}_0_1/tf_gate.json"))["stream_sha256"]
+        print(f"split {model:5} {v:5}: logits stream sha256 0,1 {b[0][:16]} == 0,0 {a[0][:16]}: {a == b}")
+PY
+}
+deep() { # full-depth DSV4-Flash shape (43 layers, published schedule) over two GPUs
+  local D=synth:flash-shape,layers=43,shared-quantized
+  step "roofline flash-shape 43 layers dev 0,1" $M bench roofline --model $D --devices 0,1 --contexts 1024,32768 --steps 10 --prefill 4096 --prefill-reps 1 --out $OUT/roofline_43l_0_1.json
+  grep -E "^(vram|stage|ceilings|case|decode|prefill|breakdown)" "$LOG" | tail -12 | tee -a "$SUMMARY"
+  step "replay 43 layers dev 0,1" gen_to $OUT/replay_43l.json --model $D --backend gpu --devices 0,1 --max-tokens 64 --no-stop --json --drafter $P/libreplay_drafter.so --drafter-options @baseline --baseline --schedule fixed
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('replay 43 layers: plain', round(r['baseline_tokens_per_s'],1), 'tok/s, replay', round(r['tokens_per_s'],1), 'tok/s, equal', r['equal_to_baseline'], 'mean accepted', round(r['mean_accepted'],3))" $OUT/replay_43l.json | tee -a "$SUMMARY"
+}
+peer() { # transformers 5.17 on the same 4-layer flash-shape weights (bf16), batch-1 decode at 1k
+  [ -d /tmp/m/flash4 ] || step "synth flash-shape 4 layers" $M synth --preset flash-shape --layers 4 --seed 0 --out /tmp/m/flash4
+  step "transformers peer decode ctx 1k" python3 scripts/peer_transformers.py /tmp/m/flash4 --context 1024 --steps 16 --out $OUT/peer_transformers.json
+  step "memra decode ctx 1k same weights" $M bench roofline --model /tmp/m/flash4 --contexts 1024 --steps 30 --prefill 0 --out $OUT/roofline_flash4_dir.json
+  grep -E "^(case|decode b1)" "$LOG" | tail -2 | tee -a "$SUMMARY"
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 for s in "${@:-gates}"; do $s; done

@@ -8,6 +8,7 @@ use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::{CudaContext, CudaStream};
 use kvstate::{CapacityRule, ClassSnapshot, Snapshot, StateStore};
 use serde::Serialize;
+use std::ops::Range;
 use std::sync::Arc;
 
 use trunk::config::AttnKind;
@@ -19,7 +20,10 @@ use trunk::weights::Dsv4Weights;
 #[derive(Clone, Debug, Serialize)]
 pub struct Ceilings {
     /// bytes read + written per second by a large device-to-device copy
+    /// (on the first stage's device)
     pub copy_gbps: f64,
+    /// the same copy on each stage's device, in stage order
+    pub copy_gbps_by_stage: Vec<f64>,
     /// cuBLAS bf16 GEMM 8192^3 on random data
     pub bf16_tflops: f64,
 }
@@ -58,19 +62,26 @@ fn timed(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, mut f: impl FnMut() -
     Ok(a.elapsed_ms(&b).map_err(|e| anyhow!("{e}"))? as f64)
 }
 
-/// Measure the copy and matrix ceilings on the first device of `gpu`.
-pub fn ceilings(gpu: &Dsv4Gpu) -> Result<Ceilings> {
-    let ctx = gpu.context().clone();
+/// Bytes read + written per second by a 2 GiB device-to-device copy.
+fn copy_rate(ctx: &Arc<CudaContext>) -> Result<f64> {
     let stream = ctx.new_stream().map_err(|e| anyhow!("{e}"))?;
     let n: usize = 1 << 31; // 2 GiB each way
     let src = stream.alloc_zeros::<u8>(n).map_err(|e| anyhow!("{e}"))?;
     let mut dst = stream.alloc_zeros::<u8>(n).map_err(|e| anyhow!("{e}"))?;
     let mut times = Vec::new();
     for _ in 0..12 {
-        times.push(timed(&ctx, &stream, || stream.memcpy_dtod(&src, &mut dst).map_err(|e| anyhow!("{e}")))?);
+        times.push(timed(ctx, &stream, || stream.memcpy_dtod(&src, &mut dst).map_err(|e| anyhow!("{e}")))?);
     }
     let copy_ms = median_p(times[2..].to_vec()).0;
-    drop((src, dst));
+    Ok(2.0 * n as f64 / (copy_ms * 1e-3) / 1e9)
+}
+
+/// Measure the copy ceiling on every stage's device and the matrix ceiling
+/// on the first.
+pub fn ceilings(gpu: &Dsv4Gpu) -> Result<Ceilings> {
+    let copy_gbps_by_stage = gpu.stage_contexts().iter().map(copy_rate).collect::<Result<Vec<f64>>>()?;
+    let ctx = gpu.context().clone();
+    let stream = ctx.new_stream().map_err(|e| anyhow!("{e}"))?;
     // bf16 GEMM on random data
     let m = 8192usize;
     let host: Vec<half::bf16> =
@@ -98,7 +109,8 @@ pub fn ceilings(gpu: &Dsv4Gpu) -> Result<Ceilings> {
     }
     let gemm_ms = median_p(times[2..].to_vec()).0;
     Ok(Ceilings {
-        copy_gbps: 2.0 * n as f64 / (copy_ms * 1e-3) / 1e9,
+        copy_gbps: copy_gbps_by_stage[0],
+        copy_gbps_by_stage,
         bf16_tflops: 2.0 * (m as f64).powi(3) / (gemm_ms * 1e-3) / 1e12,
     })
 }
@@ -107,16 +119,20 @@ fn mat(m: &Matrix) -> (f64, f64) {
     (m.stored_bytes() as f64, (m.rows * m.cols) as f64)
 }
 
-/// Bytes and FLOPs of one token at position `p` (decode), or per token of a
-/// prefill when `prefill` (weights counted once for the whole chunk by the
-/// caller). Returns (weight bytes, per-token weight MACs, cache bytes, attention FLOPs).
+/// Bytes and FLOPs of one token at position `p` through the whole model.
+/// Returns (weight bytes, per-token weight MACs, cache bytes, attention FLOPs).
 pub fn token_cost(w: &Dsv4Weights, p: usize) -> (f64, f64, f64, f64) {
+    token_cost_of(w, p, 0..w.layers.len(), true)
+}
+
+/// `token_cost` for the layers `layers`, with the LM head when `head`.
+pub fn token_cost_of(w: &Dsv4Weights, p: usize, layers: Range<usize>, head: bool) -> (f64, f64, f64, f64) {
     let c = &w.config;
     let (mut cache, mut attn) = (0.0, 0.0);
-    let mut mats: Vec<&Matrix> = vec![&w.head];
+    let mut mats: Vec<&Matrix> = if head { vec![&w.head] } else { vec![] };
     let mut extra_bytes = 0.0;
     let mut extra_macs = 0.0;
-    for (l, lw) in w.layers.iter().enumerate() {
+    for (l, lw) in w.layers.iter().enumerate().filter(|(l, _)| layers.contains(l)) {
         let a = &lw.attn;
         mats.extend([&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &lw.ffn.gate]);
         if let Some(cw) = &a.compressor {
@@ -185,6 +201,20 @@ fn filled_state(gpu: &Dsv4Gpu, ctx: usize, capacity: usize, chunk: usize) -> Res
     Ok(st)
 }
 
+/// Seconds a step that reads what one token at position `p` needs would
+/// take at the copy ceilings, stage by stage (the stages run one after the
+/// other), and the bytes.
+fn copy_bound(gpu: &Dsv4Gpu, ceil: &Ceilings, p: usize) -> (f64, f64) {
+    let ranges = gpu.stage_layers();
+    let (mut secs, mut bytes) = (0.0, 0.0);
+    for (i, r) in ranges.iter().enumerate() {
+        let (wb, _, cache, _) = token_cost_of(&gpu.weights, p, r.clone(), i + 1 == ranges.len());
+        secs += (wb + cache) / (ceil.copy_gbps_by_stage[i] * 1e9);
+        bytes += wb + cache;
+    }
+    (secs, bytes)
+}
+
 /// Batch-1 decode at context `ctx`: `steps` timed steps after warm-up.
 pub fn decode_case(gpu: &Dsv4Gpu, ceil: &Ceilings, ctx: usize, steps: usize) -> Result<Case> {
     let mut st = filled_state(gpu, ctx, ctx + steps + 8, 1)?;
@@ -210,8 +240,8 @@ pub fn decode_case(gpu: &Dsv4Gpu, ceil: &Ceilings, ctx: usize, steps: usize) -> 
     let breakdown: Vec<(String, f64)> = gpu.profile.take()?.into_iter().map(|(l, ms)| (l, ms / 3.0)).collect();
     gpu.profile.set(false);
     let (med, p10, p90) = median_p(times);
-    let (wb, macs, cache, attn) = token_cost(&gpu.weights, ctx + 3);
-    let bytes = wb + cache;
+    let (_, macs, _, attn) = token_cost(&gpu.weights, ctx + 3);
+    let (bound_secs, bytes) = copy_bound(gpu, ceil, ctx + 3);
     let flops = 2.0 * macs + attn;
     let secs = med * 1e-3;
     Ok(Case {
@@ -225,7 +255,7 @@ pub fn decode_case(gpu: &Dsv4Gpu, ceil: &Ceilings, ctx: usize, steps: usize) -> 
         flops,
         gbps: bytes / secs / 1e9,
         tflops: flops / secs / 1e12,
-        fraction_of_copy: bytes / secs / 1e9 / ceil.copy_gbps,
+        fraction_of_copy: bound_secs / secs,
         fraction_of_matrix: flops / secs / 1e12 / ceil.bf16_tflops,
         breakdown_ms: breakdown,
     })

@@ -11,23 +11,41 @@ use trunk::model::open_model;
 use trunk::weights::ExpertArm;
 
 const BENCH_HELP: &str = "memra bench park <model> [--capacity N] [--reps R] [--devices D]
-memra bench roofline [--model DIR | --layers N] [--seed S] [--contexts 1024,8192,32768] [--steps N]
-                     [--prefill N] [--variant exact|fp8] [--devices D] [--out FILE]
+memra bench roofline [--model DIR|synth:ADDR | --layers N] [--seed S] [--contexts 1024,8192,32768]
+                     [--steps N] [--prefill N] [--prefill-reps R] [--variant exact|fp8] [--devices D]
+                     [--out FILE]
 
 park: fill a decode state of N positions (default 32768), time snapshots to
 page-locked host memory and restores, against a plain pinned copy of the
 same size (the link) measured in the same run.
 roofline: the flash-shape preset (DSV4-Flash widths, FP8 and FP4 weights,
-generated in memory, default 4 layers) or a model directory: ceilings (a
-2 GiB device copy, a cuBLAS bf16 8192^3 GEMM), batch-1 decode at each
-context (median of --steps, device events), prefill of --prefill tokens;
-bytes and FLOPs per step, fractions of the ceilings, per-op breakdown.
+generated in memory, default 4 layers) or a model (a directory or a synth:
+address such as synth:flash-shape,layers=43,shared-quantized): ceilings (a
+2 GiB device copy on each device, a cuBLAS bf16 8192^3 GEMM), batch-1
+decode at each context (median of --steps, device events), prefill of
+--prefill tokens (median of --prefill-reps, default 2); bytes and FLOPs per
+step, fractions of the ceilings (with a layer split: the stages' bytes at
+their own devices' copy rates), memory per device, per-op breakdown (the
+`boundary` line is the activations' device-to-device crossing).
 ";
 
 pub fn bench(argv: &[String]) -> Result<()> {
     let a = Args::parse(
         argv,
-        &["capacity", "reps", "devices", "out", "model", "layers", "seed", "contexts", "steps", "prefill", "variant"],
+        &[
+            "capacity",
+            "reps",
+            "devices",
+            "out",
+            "model",
+            "layers",
+            "seed",
+            "contexts",
+            "steps",
+            "prefill",
+            "prefill-reps",
+            "variant",
+        ],
         &[],
     )?;
     if a.help || a.positional.is_empty() {
@@ -89,13 +107,35 @@ fn roofline(a: &Args) -> Result<()> {
         weights.stored_bytes() as f64 / 1e9
     );
     let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
+    let t = Instant::now();
     let gpu = Dsv4Gpu::load(
         weights,
         &crate::gate::parse_devices(a.get("devices"))?,
         GpuOptions { variant, ..Default::default() },
     )?;
+    eprintln!("uploaded to devices {:?} in {:.1} s", gpu.devices(), t.elapsed().as_secs_f64());
+    let vram = gpu.vram_report()?;
+    for v in &vram {
+        println!(
+            "vram: device {} ({}) layers {:?}: weights {:.2} GiB, used {:.2} GiB of {:.2} GiB",
+            v.device,
+            v.name,
+            v.layers,
+            v.weights as f64 / (1u64 << 30) as f64,
+            (v.total - v.free) as f64 / (1u64 << 30) as f64,
+            v.total as f64 / (1u64 << 30) as f64
+        );
+    }
+    if !gpu.boundary_direct.is_empty() {
+        println!("stage boundaries: direct peer copy {:?}", gpu.boundary_direct);
+    }
     let ceil = ceilings(&gpu)?;
-    println!("ceilings: copy {:.0} GB/s (read+write), bf16 GEMM {:.0} TFLOP/s", ceil.copy_gbps, ceil.bf16_tflops);
+    println!(
+        "ceilings: copy {:.0} GB/s (read+write; by stage {:?}), bf16 GEMM {:.0} TFLOP/s",
+        ceil.copy_gbps,
+        ceil.copy_gbps_by_stage.iter().map(|g| g.round()).collect::<Vec<_>>(),
+        ceil.bf16_tflops
+    );
     let contexts: Vec<usize> = a
         .get("contexts")
         .unwrap_or("1024,8192,32768")
@@ -109,7 +149,7 @@ fn roofline(a: &Args) -> Result<()> {
     }
     let n: usize = a.parsed_or("prefill", 4096)?;
     if n > 0 {
-        cases.push(prefill_case(&gpu, &ceil, n, 2)?);
+        cases.push(prefill_case(&gpu, &ceil, n, a.parsed_or::<usize>("prefill-reps", 2)?.max(1))?);
     }
     println!(
         "{:<22} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7}",
@@ -134,7 +174,11 @@ fn roofline(a: &Args) -> Result<()> {
         println!("breakdown {} (ms): {}", c.name, top.join(", "));
     }
     if let Some(o) = a.path("out") {
-        let doc = serde_json::json!({ "model": label, "variant": variant.to_string(), "devices": gpu.devices(), "ceilings": ceil, "cases": cases });
+        let vram: Vec<_> = vram
+            .iter()
+            .map(|v| serde_json::json!({ "device": v.device, "name": v.name, "layers": [v.layers.start, v.layers.end], "weights_bytes": v.weights, "used_bytes": v.total - v.free, "total_bytes": v.total }))
+            .collect();
+        let doc = serde_json::json!({ "model": label, "variant": variant.to_string(), "devices": gpu.devices(), "boundary_direct": gpu.boundary_direct, "vram": vram, "ceilings": ceil, "cases": cases });
         std::fs::write(&o, serde_json::to_vec_pretty(&doc)?)?;
     }
     Ok(())

@@ -51,8 +51,8 @@ fn load(a: &Args) -> Result<(LoadedModel, CpuOracle)> {
 
 const GENERATE_HELP: &str = "memra generate [--model DIR|FILE.gguf] [--prompt TEXT | --tokens FILE] [--max-tokens N]
                 [--json] [--variant exact|fp8] [--experts native|bf16] [--backend cpu|gpu] [--devices 0,1]
-                [--moe fused|per-expert] [--drafter LIB.so [--drafter-options JSON|@FILE]
-                 [--ceiling N] [--schedule confidence|fixed]]
+                [--moe fused|per-expert] [--drafter LIB.so [--drafter-options JSON|@FILE|@baseline]
+                 [--ceiling N] [--schedule confidence|fixed] [--baseline]]
 
 Greedy decoding. Without --model it runs the embedded tiny synthetic model
 (generated in memory, seed 0), so it works on a fresh machine. Prints the
@@ -69,7 +69,11 @@ Algorithm 1, with the target's steps per second profiled at start) or is
 fixed. --drafter-options @FILE reads the options from a file; a bank file
 becomes {\"trajectory\": prompt + tokens} for the replay drafter. Reports
 mean accepted length and per-position acceptance (--json: `mean_accepted`,
-`acceptance_by_position`).
+`acceptance_by_position`). --baseline first decodes plainly on the same
+engine and reports both rates and whether the tokens are equal
+(`baseline_tokens_per_s`, `equal_to_baseline`); --drafter-options @baseline
+then gives the replay drafter that run's trajectory (full acceptance: the
+verification pipeline's upper bound) without a second model load.
 ";
 
 pub fn generate(argv: &[String]) -> Result<()> {
@@ -90,7 +94,7 @@ pub fn generate(argv: &[String]) -> Result<()> {
             "ceiling",
             "schedule",
         ],
-        &["json", "no-stop"],
+        &["json", "no-stop", "baseline"],
     )?;
     if a.help {
         print!("{GENERATE_HELP}");
@@ -106,6 +110,9 @@ pub fn generate(argv: &[String]) -> Result<()> {
     let stop = if a.flag("no-stop") { None } else { model.config().eos_token_id };
     if let Some(path) = a.path("drafter") {
         return generate_speculative(&a, &model, &oracle, &prompt, max_new, stop, &path);
+    }
+    if a.flag("baseline") {
+        bail!("--baseline compares a --drafter run with plain decoding: give --drafter");
     }
     let (g, backend) = if gpu_backend(&a)? {
         let gpu = load_gpu(&a, &model, oracle.variant)?;
@@ -169,7 +176,23 @@ fn generate_speculative(
     use trunk::drafter::{Drafter, DrafterPlugin, DrafterSetup};
     use trunk::speculative::{profile_sps, speculative_greedy, Schedule, SpecOptions, Target};
     let plugin = DrafterPlugin::load(path)?;
-    let opts = drafter_options(a)?;
+    let gpu = if gpu_backend(a)? { Some(load_gpu(a, model, oracle.variant)?) } else { None };
+    let baseline = if a.flag("baseline") {
+        Some(match &gpu {
+            Some(g) => greedy_gpu(g, prompt, max_new, stop)?,
+            None => greedy_cpu(oracle, prompt, max_new, stop)?,
+        })
+    } else {
+        None
+    };
+    let opts = match (a.get("drafter-options"), &baseline) {
+        (Some("@baseline"), Some(b)) => {
+            let trajectory = [prompt, &b.tokens[..]].concat();
+            Some(json!({ "trajectory": trajectory }).to_string())
+        }
+        (Some("@baseline"), None) => bail!("--drafter-options @baseline needs --baseline"),
+        _ => drafter_options(a)?,
+    };
     let ceiling: usize = a.parsed_or("ceiling", 5)?;
     let cfg = model.config();
     let model_dir: Option<PathBuf> =
@@ -203,9 +226,8 @@ fn generate_speculative(
         let o = SpecOptions { max_new, stop, ceiling, schedule, prefill_chunk: 64 };
         speculative_greedy(t, d, prompt, &o)
     }
-    let (tokens, stats, backend) = if gpu_backend(a)? {
-        let gpu = load_gpu(a, model, oracle.variant)?;
-        let (t, s) = run(&gpu, &mut drafter, prompt, a, max_new, stop, ceiling)?;
+    let (tokens, stats, backend) = if let Some(gpu) = &gpu {
+        let (t, s) = run(gpu, &mut drafter, prompt, a, max_new, stop, ceiling)?;
         (t, s, format!("gpu {:?}", gpu.devices()))
     } else {
         let mut o = CpuOracle::new(model.weights.clone(), oracle.variant);
@@ -231,6 +253,8 @@ fn generate_speculative(
                 "steps": stats.steps,
                 "mean_accepted": stats.mean_accepted(),
                 "acceptance_by_position": stats.acceptance_by_position(),
+                "baseline_tokens_per_s": baseline.as_ref().map(|b| b.tokens_per_s()),
+                "equal_to_baseline": baseline.as_ref().map(|b| b.tokens == tokens),
             })
         );
     } else {
@@ -247,6 +271,14 @@ fn generate_speculative(
             stats.mean_accepted(),
             by.join(", ")
         );
+        if let Some(b) = &baseline {
+            eprintln!(
+                "baseline (plain greedy, same engine): {:.1} tokens/s; speculative tokens equal: {}; speedup {:.2}x",
+                b.tokens_per_s(),
+                b.tokens == tokens,
+                tps / b.tokens_per_s().max(1e-9)
+            );
+        }
     }
     Ok(())
 }

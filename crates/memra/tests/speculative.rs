@@ -112,3 +112,31 @@ fn a_library_that_is_not_a_drafter_is_refused_clearly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("/nonexistent.so"), "{err}");
 }
+
+/// `--baseline` decodes plainly on the same engine first; `@baseline` hands
+/// that trajectory to the replay drafter (full acceptance), and asking for it
+/// without `--baseline` is an error.
+#[test]
+fn baseline_run_feeds_the_replay_drafter() {
+    let dir = plugins();
+    let replay = dir.join(format!("{}replay_drafter{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
+    let r = replay.to_str().unwrap();
+    let base = ["generate", "--model", "synth:tiny,seed=2", "--max-tokens", "40", "--no-stop", "--json"];
+    let v = memra(
+        &[&base[..], &["--drafter", r, "--drafter-options", "@baseline", "--baseline", "--schedule", "fixed"]].concat(),
+    );
+    assert_eq!(v["equal_to_baseline"], true);
+    assert_eq!(v["tokens"].as_array().unwrap().len(), 40);
+    assert!(v["baseline_tokens_per_s"].as_f64().unwrap() > 0.0);
+    // every proposal survives (the last step is cut at --max-tokens)
+    assert!(v["acceptance_by_position"].as_array().unwrap().iter().all(|x| x.as_f64() == Some(1.0)), "{v}");
+    assert!(v["mean_accepted"].as_f64().unwrap() > 5.5, "{v}");
+    let plain = memra(&base);
+    assert_eq!(plain["tokens"], v["tokens"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_memra"))
+        .args([&base[..], &["--drafter", r, "--drafter-options", "@baseline"]].concat())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs --baseline"));
+}

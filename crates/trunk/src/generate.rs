@@ -43,7 +43,8 @@ pub struct Generation {
 }
 
 impl Generation {
-    /// Decode throughput: new tokens after the first over the decode time.
+    /// Throughput: new tokens over prefill + decode time (as the
+    /// speculative path counts it).
     pub fn tokens_per_s(&self) -> f64 {
         let total = self.prefill_seconds + self.decode_seconds;
         if total > 0.0 {

@@ -49,8 +49,12 @@ pub fn files_sha256(files: &[PathBuf]) -> Result<String> {
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Open `path` (directory or .gguf) with the given expert arm.
+/// Open `path` (directory, .gguf, or a `synth:` address) with the given
+/// expert arm.
 pub fn open_model(path: &Path, arm: ExpertArm) -> Result<LoadedModel> {
+    if let Some(addr) = path.to_str().and_then(|p| p.strip_prefix("synth:")) {
+        return synthetic_model(addr, arm);
+    }
     if path.is_file() && path.extension().is_some_and(|e| e == "gguf") {
         let g = GgufFile::open(path)?;
         let cfg = config_from_gguf(&g.metadata, &path.display().to_string())?;
@@ -69,6 +73,45 @@ pub fn open_model(path: &Path, arm: ExpertArm) -> Result<LoadedModel> {
     let tokenizer = Tokenizer::load_or_bytes(&path.join("tokenizer.json"), &cfg)?;
     let sha256 = files_sha256(&st.files())?;
     Ok(LoadedModel { weights: Arc::new(weights), tokenizer, label: path.display().to_string(), sha256 })
+}
+
+/// A synthetic model generated in memory from an address
+/// `PRESET[,layers=N][,seed=S][,dspark][,shared-quantized]` (what follows
+/// `synth:`), e.g. `synth:flash-shape,layers=43,shared-quantized`: the
+/// weights `memra synth` would write for the same preset, seed and flags,
+/// without a checkpoint on disk. `shared-quantized` draws each FP8/FP4
+/// tensor once per attention kind and shares it between layers
+/// (`MemSource::official_sharing_quantized`), for shapes too deep to
+/// generate in full. The identity hash covers the address and the config
+/// (the generator is deterministic), not the tensors' bytes.
+pub fn synthetic_model(addr: &str, arm: ExpertArm) -> Result<LoadedModel> {
+    let mut parts = addr.split(',');
+    let preset = parts.next().unwrap_or_default();
+    let (mut layers, mut seed, mut dspark, mut shared) = (None, 0u64, false, false);
+    for p in parts {
+        match p.split_once('=') {
+            Some(("layers", v)) => layers = Some(v.parse().with_context(|| format!("synth:{addr}: layers `{v}`"))?),
+            Some(("seed", v)) => seed = v.parse().with_context(|| format!("synth:{addr}: seed `{v}`"))?,
+            None if p == "dspark" => dspark = true,
+            None if p == "shared-quantized" => shared = true,
+            _ => bail!("synth:{addr}: unknown part `{p}` (layers=N, seed=S, dspark, shared-quantized)"),
+        }
+    }
+    let mut s = Synth::new(Preset::parse(preset, layers)?, seed);
+    if dspark {
+        s = s.with_dspark();
+    }
+    let src = if shared { crate::synth::write::MemSource::official_sharing_quantized(&s)? } else { in_memory(&s)? };
+    let weights = Dsv4Weights::load(&src, &s.config, arm)?;
+    let mut h = Sha256::new();
+    h.update(format!("synth:{addr}").as_bytes());
+    h.update(s.config.fingerprint().as_bytes());
+    Ok(LoadedModel {
+        tokenizer: Tokenizer::bytes(&s.config),
+        label: format!("synth:{addr}"),
+        sha256: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        weights: Arc::new(weights),
+    })
 }
 
 /// The embedded default: the `tiny` preset generated in memory (seed 0).

@@ -249,3 +249,46 @@ fn damaged_gguf_is_named() {
     let e = err_of(&bad);
     assert!(e.contains("not a GGUF file"), "{e}");
 }
+
+/// `synth:` addresses: the plain address is the same model `memra synth`
+/// writes; `shared-quantized` shares FP8/FP4 tensors between layers of one
+/// attention kind (same bytes) and draws everything else per layer.
+#[test]
+fn synth_addresses() {
+    use trunk::synth::write::MemSource;
+    use trunk::weights::tensor::TensorSource;
+    let s = Synth::new(Preset::Tiny, 3);
+    let full = MemSource::official(&s).unwrap();
+    let shared = MemSource::official_sharing_quantized(&s).unwrap();
+    assert_eq!(full.names(), shared.names());
+    // tiny's layers are window, CSA, HCA, CSA: layer 3 shares layer 1's quantized tensors
+    let bytes = |src: &MemSource, n: &str| src.get(n).unwrap().data.to_vec();
+    assert_eq!(bytes(&shared, "layers.3.attn.wq_a.weight"), bytes(&shared, "layers.1.attn.wq_a.weight"));
+    assert_eq!(bytes(&shared, "layers.3.ffn.experts.5.w2.scale"), bytes(&shared, "layers.1.ffn.experts.5.w2.scale"));
+    assert_ne!(bytes(&full, "layers.3.attn.wq_a.weight"), bytes(&full, "layers.1.attn.wq_a.weight"));
+    // the first layer of each kind and every unquantized tensor are as drawn in full
+    for n in
+        ["layers.1.attn.wq_a.weight", "layers.3.ffn.gate.weight", "layers.3.hc_attn_fn", "layers.2.attn.wkv.weight"]
+    {
+        assert_eq!(bytes(&shared, n), bytes(&full, n), "{n}");
+    }
+    assert_ne!(bytes(&shared, "layers.3.ffn.gate.weight"), bytes(&shared, "layers.1.ffn.gate.weight"));
+
+    let m = open_model(Path::new("synth:tiny,seed=3"), ExpertArm::Native).unwrap();
+    let w = Dsv4Weights::load(&full, &s.config, ExpertArm::Native).unwrap();
+    assert_eq!(logits_of(m.weights.clone(), Variant::Exact), logits_of(Arc::new(w), Variant::Exact));
+    let sq = open_model(Path::new("synth:tiny,seed=3,shared-quantized"), ExpertArm::Native).unwrap();
+    assert_ne!(sq.sha256, m.sha256);
+    assert!(logits_of(sq.weights.clone(), Variant::Exact).iter().all(|v| v.is_finite()));
+    let ds = open_model(Path::new("synth:tiny,dspark,layers=4"), ExpertArm::Native).unwrap();
+    assert!(ds.config().dspark.is_some());
+    for (addr, want) in
+        [("synth:tiny,seed=x", "seed `x`"), ("synth:tiny,color=red", "unknown part"), ("synth:huge", "unknown preset")]
+    {
+        let e = match open_model(Path::new(addr), ExpertArm::Native) {
+            Ok(_) => panic!("{addr} opened"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(e.contains(want), "{addr}: {e}");
+    }
+}

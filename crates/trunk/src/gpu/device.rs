@@ -74,6 +74,32 @@ impl Gpu {
         Ok(Gpu { ordinal, ctx, stream, kernels })
     }
 
+    /// Let this device's kernels and copies reach `peer`'s memory directly
+    /// (over NVLink or PCIe, no host staging). Returns false where the two
+    /// devices cannot reach each other; copies then go through the driver's
+    /// staged path, which is correct but slower.
+    pub fn enable_peer_access(&self, peer: &Gpu) -> Result<bool> {
+        use cudarc::driver::sys;
+        if peer.ordinal == self.ordinal {
+            return Ok(true);
+        }
+        let mut can = 0i32;
+        // SAFETY: plain driver queries and a context-scoped setting on live contexts.
+        unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, self.ctx.cu_device(), peer.ctx.cu_device())
+                .result()
+                .map_err(|e| anyhow!("cuDeviceCanAccessPeer({}, {}): {e}", self.ordinal, peer.ordinal))?;
+            if can == 0 {
+                return Ok(false);
+            }
+            self.ctx.bind_to_thread().map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
+            match sys::cuCtxEnablePeerAccess(peer.ctx.cu_ctx(), 0) {
+                sys::CUresult::CUDA_SUCCESS | sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+                e => bail!("enabling peer access from device {} to {}: {e:?}", self.ordinal, peer.ordinal),
+            }
+        }
+    }
+
     pub fn name(&self) -> String {
         self.ctx.name().unwrap_or_else(|_| "unknown".into())
     }

@@ -72,6 +72,10 @@ pub struct Dsv4Gpu {
     pub state_layout: Dsv4StateLayout,
     pub(super) stages: Vec<Stage>,
     layer_stage: Vec<usize>,
+    /// Per stage boundary (stage i to i+1): whether the activations cross
+    /// by a direct peer copy (true, also for two stages on one device) or
+    /// through the driver's staged path.
+    pub boundary_direct: Vec<bool>,
     /// Per-op device timing (off unless a benchmark turns it on).
     pub profile: ProfileCell,
 }
@@ -158,6 +162,11 @@ impl Dsv4Gpu {
             });
             stages.last().unwrap().gpu.sync()?;
         }
+        let mut boundary_direct = Vec::new();
+        for w in gpus.windows(2) {
+            let direct = w[1].enable_peer_access(&w[0])? & w[0].enable_peer_access(&w[1])?;
+            boundary_direct.push(direct);
+        }
         let mut layer_stage = vec![0; n];
         for (i, r) in ranges.iter().enumerate() {
             for l in r.clone() {
@@ -171,6 +180,7 @@ impl Dsv4Gpu {
             opts,
             stages,
             layer_stage,
+            boundary_direct,
             profile: ProfileCell::default(),
         })
     }
@@ -183,6 +193,16 @@ impl Dsv4Gpu {
     /// The CUDA context of the first stage (host buffers for snapshots).
     pub fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
         &self.stages[0].gpu.ctx
+    }
+
+    /// The CUDA context of each stage, in stage order.
+    pub fn stage_contexts(&self) -> Vec<std::sync::Arc<cudarc::driver::CudaContext>> {
+        self.stages.iter().map(|s| s.gpu.ctx.clone()).collect()
+    }
+
+    /// The layers of each stage, in stage order.
+    pub fn stage_layers(&self) -> Vec<Range<usize>> {
+        self.stages.iter().map(|s| s.layers.clone()).collect()
     }
 
     pub fn devices(&self) -> Vec<usize> {

@@ -3,6 +3,8 @@
 //! with E8M0 1x32 scales. Formats the kernels do not read are converted
 //! exactly at upload (F16 and Q8_0 to F32, MXFP4 repacked to FP4).
 
+use std::borrow::Cow;
+
 use anyhow::Result;
 use cudarc::driver::DeviceRepr;
 
@@ -52,15 +54,16 @@ impl DevMat {
         if !m.cols.is_multiple_of(4) {
             anyhow::bail!("a {}x{} weight: the GPU kernels need rows of a multiple of 4 values", m.rows, m.cols);
         }
-        let (bytes, scales, fmt): (Vec<u8>, Option<Vec<u8>>, i32) = match &m.format {
+        // formats the kernels read go up from the host bytes as they are
+        let (bytes, scales, fmt): (Cow<[u8]>, Option<Vec<u8>>, i32) = match &m.format {
             _ if !whole => (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None, FMT_F32),
-            MatFormat::F32 => (m.data.to_vec(), None, FMT_F32),
-            MatFormat::BF16 => (m.data.to_vec(), None, FMT_BF16),
+            MatFormat::F32 => (Cow::Borrowed(&m.data[..]), None, FMT_F32),
+            MatFormat::BF16 => (Cow::Borrowed(&m.data[..]), None, FMT_BF16),
             MatFormat::Fp8 { scales, block } => {
                 assert_eq!(*block, 128, "FP8 tiles other than 128x128");
-                (m.data.to_vec(), Some(scales.iter().flat_map(|s| s.to_le_bytes()).collect()), FMT_FP8)
+                (Cow::Borrowed(&m.data[..]), Some(scales.iter().flat_map(|s| s.to_le_bytes()).collect()), FMT_FP8)
             }
-            MatFormat::Fp4 { scales } => (m.data.to_vec(), Some(scales.to_vec()), FMT_FP4),
+            MatFormat::Fp4 { scales } => (Cow::Borrowed(&m.data[..]), Some(scales.to_vec()), FMT_FP4),
             MatFormat::Mxfp4 => {
                 // ggml blocks (scale, 16 bytes: low nibbles = first 16) -> pairs, scales apart
                 let nb = m.cols / 32;
@@ -73,7 +76,7 @@ impl DevMat {
                         packed.push(nib(2 * k) | (nib(2 * k + 1) << 4));
                     }
                 }
-                (packed, Some(sc), FMT_FP4)
+                (Cow::Owned(packed), Some(sc), FMT_FP4)
             }
             MatFormat::F16 | MatFormat::Q8_0 => {
                 (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None, FMT_F32)

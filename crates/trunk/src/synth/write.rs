@@ -291,9 +291,37 @@ impl MemSource {
     /// tensor from its own seeded streams, so the result does not depend on
     /// the thread count).
     pub fn official(s: &Synth) -> Result<Self> {
+        Self::generate(s, false)
+    }
+
+    /// Like `official`, but each FP8 and FP4 tensor of a layer is drawn
+    /// once per attention kind (at the first layer of that kind) and the
+    /// later layers of the kind hold the same host bytes; every other tensor
+    /// (router, biases, norms, hyper-connection maps, tid2eid, compressor
+    /// and indexer projections) is drawn per layer, so routing differs from
+    /// layer to layer. For deep benchmark shapes (43 DSV4-Flash layers are
+    /// ~176 GB) on a host that cannot hold them: a GPU upload still gives
+    /// every layer its own device copy, so a step reads as many bytes.
+    pub fn official_sharing_quantized(s: &Synth) -> Result<Self> {
+        Self::generate(s, true)
+    }
+
+    fn generate(s: &Synth, share: bool) -> Result<Self> {
         use rayon::prelude::*;
         let plan = s.plan(CheckpointLayout::Official)?;
         let specs = s.specs();
+        // with sharing: the layer whose quantized tensors a layer reuses
+        let layer_of =
+            |canonical: &str| -> Option<usize> { canonical.strip_prefix("layers.")?.split('.').next()?.parse().ok() };
+        let kinds = &s.config.layer_types;
+        let rep = |l: usize| (0..l).find(|&r| kinds[r] == kinds[l]).unwrap_or(l);
+        let borrowed = |spec: usize| -> Option<(usize, usize)> {
+            if !share || !matches!(specs[spec].kind, Kind::Fp8 { .. } | Kind::Fp4 { .. }) {
+                return None;
+            }
+            let l = layer_of(&specs[spec].canonical)?;
+            (rep(l) != l).then_some((l, rep(l)))
+        };
         // plan entries grouped by the spec that produces them (a weight and its scale)
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for (k, src) in plan.sources.iter().enumerate() {
@@ -306,6 +334,13 @@ impl MemSource {
                 _ => groups.push(vec![k]),
             }
         }
+        let (groups, copies): (Vec<Vec<usize>>, Vec<Vec<usize>>) = groups.into_iter().partition(|g| {
+            let spec = match plan.sources[g[0]] {
+                Source::QuantData(i) | Source::QuantScales(i) | Source::Dense(i) | Source::Ids(i, _) => i,
+                _ => unreachable!("checked above"),
+            };
+            borrowed(spec).is_none()
+        });
         let made: Vec<Result<Vec<(String, RawTensor)>>> = groups
             .par_iter()
             .map(|g| {
@@ -331,7 +366,21 @@ impl MemSource {
                 tensors.insert(name, t);
             }
         }
-        Ok(MemSource { tensors, config: s.config.clone(), label: format!("<synthetic {} seed {}>", s.name, s.seed) })
+        for k in copies.into_iter().flatten() {
+            let (Source::QuantData(i) | Source::QuantScales(i)) = plan.sources[k] else { unreachable!("quantized") };
+            let (l, r) = borrowed(i).expect("partitioned as borrowed");
+            let name = &plan.plans[k].name;
+            let from = name.replacen(&format!("layers.{l}."), &format!("layers.{r}."), 1);
+            let t =
+                tensors.get(&from).with_context(|| format!("synth: `{name}` shares `{from}`, not generated"))?.clone();
+            tensors.insert(name.clone(), t);
+        }
+        let label = if share {
+            format!("<synthetic {} seed {}, quantized tensors shared per attention kind>", s.name, s.seed)
+        } else {
+            format!("<synthetic {} seed {}>", s.name, s.seed)
+        };
+        Ok(MemSource { tensors, config: s.config.clone(), label })
     }
 
     /// sha256 over every tensor (name, dtype, shape, bytes) in name order.
