@@ -99,7 +99,7 @@ perf() {
 }
 gen_to() { # file, generate args...
   local f=$1; shift
-  $M generate "$@" > "$f"
+  timeout 300 $M generate "$@" > "$f"
 }
 spec() {
   [ -d /tmp/m/tiny_ds ] || step "synth tiny --dspark" $M synth --preset tiny --seed 4 --out /tmp/m/tiny_ds --dspark
@@ -161,14 +161,14 @@ PY
 }
 deep() { # full-depth DSV4-Flash shape (43 layers, published schedule) over two GPUs
   local D=synth:flash-shape,layers=43,shared-quantized
-  step "roofline flash-shape 43 layers dev 0,1" $M bench roofline --model $D --devices 0,1 --contexts 1024,32768 --steps 10 --prefill 4096 --prefill-reps 1 --out $OUT/roofline_43l_0_1.json
+  step "roofline flash-shape 43 layers dev 0,1" timeout 400 $M bench roofline --model $D --devices 0,1 --contexts 1024,32768 --steps 10 --prefill 4096 --prefill-reps 1 --out $OUT/roofline_43l_0_1.json
   grep -E "^(vram|stage|ceilings|case|decode|prefill|breakdown)" "$LOG" | tail -12 | tee -a "$SUMMARY"
   step "replay 43 layers dev 0,1" gen_to $OUT/replay_43l.json --model $D --backend gpu --devices 0,1 --max-tokens 64 --no-stop --json --drafter $P/libreplay_drafter.so --drafter-options @baseline --baseline --schedule fixed
   python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('replay 43 layers: plain', round(r['baseline_tokens_per_s'],1), 'tok/s, replay', round(r['tokens_per_s'],1), 'tok/s, equal', r['equal_to_baseline'], 'mean accepted', round(r['mean_accepted'],3))" $OUT/replay_43l.json | tee -a "$SUMMARY"
 }
 peer() { # transformers 5.17 on the same 4-layer flash-shape weights (bf16), batch-1 decode at 1k
   [ -d /tmp/m/flash4 ] || step "synth flash-shape 4 layers" $M synth --preset flash-shape --layers 4 --seed 0 --out /tmp/m/flash4
-  step "transformers peer decode ctx 1k" python3 scripts/peer_transformers.py /tmp/m/flash4 --context 1024 --steps 16 --out $OUT/peer_transformers.json
+  step "transformers peer decode ctx 1k" timeout 420 python3 scripts/peer_transformers.py /tmp/m/flash4 --context 1024 --steps 16 --out $OUT/peer_transformers.json
   step "memra decode ctx 1k same weights" $M bench roofline --model /tmp/m/flash4 --contexts 1024 --steps 30 --prefill 0 --out $OUT/roofline_flash4_dir.json
   grep -E "^(case|decode b1)" "$LOG" | tail -2 | tee -a "$SUMMARY"
 }
