@@ -5,7 +5,10 @@
 // positions max(0, p-window+1) ..= p — from the ring (positions < t0, slot
 // pos % ring_rows) or from this chunk's rows `local` — then to compressed
 // entries: mode 1 (HCA) every entry s < (p+1)/ratio, mode 2 (CSA) the
-// indexer's list sel[t, 0..topk) (-1 = none). Logits q.k * scale join a
+// indexer's list sel[t, 0..topk) (-1 = none). Mode 3 is a drafter's block
+// (DSpark, CPU twin in crates/dspark/src/model.rs): every query sees the
+// ring's rows at positions max(0, t0-window) .. t0-1 and then all `topk`
+// rows of this chunk, whatever its own position. Logits q.k * scale join a
 // per-head sink logit; out = sum p_j k_j / denominator. All in f64.
 // grid (n, heads), block 128, dynamic smem: max_keys doubles.
 
@@ -16,6 +19,7 @@ __device__ __forceinline__ const float* key_row(int j, int nwin, int first, int 
         const int pos = first + j;
         return pos < t0 ? ring + (size_t)(pos % ring_rows) * hd : local + (size_t)(pos - t0) * hd;
     }
+    if (mode == 3) return local + (size_t)(j - nwin) * hd;
     const int s = mode == 1 ? j - nwin : sel[(size_t)t * topk + (j - nwin)];
     return s >= 0 ? entries + (size_t)s * hd : 0;
 }
@@ -30,11 +34,11 @@ extern "C" __global__ void attention_rows(const float* __restrict__ q, const flo
     const int t = blockIdx.x, h = blockIdx.y, heads = gridDim.y;
     const int p = t0 + t;
     const float* qrow = q + ((size_t)t * heads + h) * hd;
-    const int first = max(0, p - window + 1);
-    const int nwin = p - first + 1;
+    const int first = mode == 3 ? max(0, t0 - window) : max(0, p - window + 1);
+    const int nwin = mode == 3 ? t0 - first : p - first + 1;
     int nent = 0;
     if (mode == 1) nent = (p + 1) / ratio;
-    else if (mode == 2) nent = topk;
+    else if (mode == 2 || mode == 3) nent = topk;
     const int nk = nwin + nent;
     const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
     for (int j = warp; j < nk; j += nwarps) {

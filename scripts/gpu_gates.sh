@@ -2,7 +2,7 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: gates hostcache fixtures park perf spec split deep peer
+# sections: gates hostcache fixtures park perf spec dspark split deep peer
 # (default: gates); split and deep need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
@@ -135,6 +135,20 @@ for model in ("tiny", "small"):
               f"by position {[round(x, 3) for x in r.get('acceptance_by_position', [])]}")
 PY
 }
+dspark() { # DSpark's GPU realization against its CPU reference, proposal by proposal
+  [ -d /tmp/m/tiny_ds ] || step "synth tiny --dspark" $M synth --preset tiny --seed 4 --out /tmp/m/tiny_ds --dspark
+  [ -d /tmp/m/small_ds ] || step "synth small --dspark" $M synth --preset small --seed 1 --out /tmp/m/small_ds --dspark
+  for model in tiny small; do
+    for v in exact fp8; do
+      for moe in fused per-expert; do
+        local o="\"variant\":\"$v\",\"moe\":\"$moe\""
+        step "drafters $model $v $moe gpu vs cpu" $M gate drafters /tmp/m/${model}_ds --drafter $P/libdspark.so --variant $v --steps 32 --reference "{\"realization\":\"cpu\",$o}" --candidate "{\"realization\":\"gpu\",$o}" --out $OUT/drafters_${model}_${v}_$moe.json
+      done
+    done
+  done
+  step "drafters flash-shape 4l gpu vs cpu" timeout 300 $M gate drafters synth:flash-shape,layers=4,dspark --drafter $P/libdspark.so --steps 3 --prompt-len 8 --out $OUT/drafters_flash4.json
+  step "drafters tiny FAULT fp8 candidate" $M gate drafters /tmp/m/tiny_ds --drafter $P/libdspark.so --candidate '{"realization":"gpu","variant":"fp8"}' --out $OUT/drafters_fault.json
+}
 split() { # the layer split on two real GPUs: same criteria as one GPU, same logits streams as 0,0
   models
   python3 -c "import json,random; random.seed(5); json.dump([random.randrange(2,320) for _ in range(100)], open('/tmp/m/ids_tiny.json','w')); json.dump([random.randrange(2,32000) for _ in range(100)], open('/tmp/m/ids_small.json','w'))"
@@ -164,7 +178,10 @@ deep() { # full-depth DSV4-Flash shape (43 layers, published schedule) over two 
   step "roofline flash-shape 43 layers dev 0,1" timeout 400 $M bench roofline --model $D --devices 0,1 --contexts 1024,32768 --steps 10 --prefill 4096 --prefill-reps 1 --out $OUT/roofline_43l_0_1.json
   grep -E "^(vram|stage|ceilings|case|decode|prefill|breakdown)" "$LOG" | tail -12 | tee -a "$SUMMARY"
   step "replay 43 layers dev 0,1" gen_to $OUT/replay_43l.json --model $D --backend gpu --devices 0,1 --max-tokens 64 --no-stop --json --drafter $P/libreplay_drafter.so --drafter-options @baseline --baseline --schedule fixed
-  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('replay 43 layers: plain', round(r['baseline_tokens_per_s'],1), 'tok/s, replay', round(r['tokens_per_s'],1), 'tok/s, equal', r['equal_to_baseline'], 'mean accepted', round(r['mean_accepted'],3))" $OUT/replay_43l.json | tee -a "$SUMMARY"
+  step "dspark 43 layers dev 0,1" gen_to $OUT/dspark_43l.json --model $D,dspark --backend gpu --devices 0,1 --max-tokens 64 --no-stop --json --drafter $P/libdspark.so --baseline
+  for f in replay_43l dspark_43l; do
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], 'plain', round(r['baseline_tokens_per_s'],1), 'tok/s, speculative', round(r['tokens_per_s'],1), 'tok/s, equal', r['equal_to_baseline'], 'steps', r['steps'], 'mean accepted', round(r['mean_accepted'],3))" $OUT/$f.json $f | tee -a "$SUMMARY"
+  done
 }
 peer() { # transformers 5.17 on the same 4-layer flash-shape weights (bf16), batch-1 decode at 1k
   [ -d /tmp/m/flash4 ] || step "synth flash-shape 4 layers" $M synth --preset flash-shape --layers 4 --seed 0 --out /tmp/m/flash4

@@ -29,6 +29,7 @@ use trunk::cpu::Variant;
 use trunk::weights::matrix::Matrix;
 use trunk::weights::model::{load_block, load_floats, load_matrix, HcWeights, LayerWeights};
 use trunk::weights::safetensors::SafetensorsDir;
+use trunk::weights::tensor::TensorSource;
 use trunk::weights::CheckpointLayout;
 
 pub struct DsparkWeights {
@@ -50,37 +51,48 @@ pub struct DsparkWeights {
 }
 
 impl DsparkWeights {
-    /// The drafter stored in a checkpoint directory (official names, `mtp.*`).
-    /// Reads the config, the shared embedding and head, and the `mtp.*`
-    /// tensors; nothing of the trunk's layers.
+    /// The drafter stored in a checkpoint directory (official names, `mtp.*`),
+    /// or generated for a `synth:` address with `dspark`. Reads the config,
+    /// the shared embedding and head, and the `mtp.*` tensors; nothing of
+    /// the trunk's layers.
     pub fn load(dir: &Path) -> Result<DsparkWeights> {
+        if let Some(addr) = dir.to_str().and_then(|d| d.strip_prefix("synth:")) {
+            let (s, _) = trunk::model::parse_synth_address(addr)?;
+            let keep = |n: &str| n.starts_with("mtp.") || n == "embed.weight" || n == "head.weight";
+            let src = trunk::synth::write::MemSource::official_only(&s, &keep)?;
+            return Self::from_source(&src, s.config, &format!("synth:{addr}"));
+        }
         let cfg = Dsv4Config::from_hf_file(&dir.join("config.json"))?;
+        let src = SafetensorsDir::open(dir)?;
+        Self::from_source(&src, cfg, &dir.display().to_string())
+    }
+
+    fn from_source(src: &dyn TensorSource, cfg: Dsv4Config, origin: &str) -> Result<DsparkWeights> {
         cfg.validate()?;
         let ds = cfg
             .dspark
             .clone()
-            .with_context(|| format!("{}: the config has no DSpark drafter (dspark_* keys)", dir.display()))?;
-        let src = SafetensorsDir::open(dir)?;
+            .with_context(|| format!("{origin}: the config has no DSpark drafter (dspark_* keys)"))?;
         let lay = CheckpointLayout::Official;
         let (d, v, r) = (cfg.hidden_size, cfg.vocab_size, ds.markov_rank);
         let last = format!("mtp.{}", ds.stages - 1);
         let stages = (0..ds.stages)
-            .map(|s| load_block(&src, lay, &cfg, &format!("mtp.{s}"), AttnKind::Window, MlpKind::Score))
+            .map(|s| load_block(src, lay, &cfg, &format!("mtp.{s}"), AttnKind::Window, MlpKind::Score))
             .collect::<Result<Vec<_>>>()?;
         Ok(DsparkWeights {
-            main_proj: load_matrix(&src, lay, "mtp.0.main_proj", d, ds.target_layer_ids.len() * d)?,
-            main_norm: load_floats(&src, lay, "mtp.0.main_norm", &[d])?,
-            norm: load_floats(&src, lay, &format!("{last}.norm"), &[d])?,
+            main_proj: load_matrix(src, lay, "mtp.0.main_proj", d, ds.target_layer_ids.len() * d)?,
+            main_norm: load_floats(src, lay, "mtp.0.main_norm", &[d])?,
+            norm: load_floats(src, lay, &format!("{last}.norm"), &[d])?,
             hc_head: HcWeights {
-                fn_: load_floats(&src, lay, &format!("{last}.hc_head_fn"), &[cfg.hc_mult, cfg.hc_mult * d])?,
-                base: load_floats(&src, lay, &format!("{last}.hc_head_base"), &[cfg.hc_mult])?,
-                scale: load_floats(&src, lay, &format!("{last}.hc_head_scale"), &[1])?,
+                fn_: load_floats(src, lay, &format!("{last}.hc_head_fn"), &[cfg.hc_mult, cfg.hc_mult * d])?,
+                base: load_floats(src, lay, &format!("{last}.hc_head_base"), &[cfg.hc_mult])?,
+                scale: load_floats(src, lay, &format!("{last}.hc_head_scale"), &[1])?,
             },
-            markov_w1: load_matrix(&src, lay, &format!("{last}.markov_head.markov_w1"), v, r)?,
-            markov_w2: load_matrix(&src, lay, &format!("{last}.markov_head.markov_w2"), v, r)?,
-            confidence: load_floats(&src, lay, &format!("{last}.confidence_head.proj"), &[1, d + r])?,
-            embed: load_matrix(&src, lay, "embed", v, d)?,
-            head: load_matrix(&src, lay, "head", v, d)?,
+            markov_w1: load_matrix(src, lay, &format!("{last}.markov_head.markov_w1"), v, r)?,
+            markov_w2: load_matrix(src, lay, &format!("{last}.markov_head.markov_w2"), v, r)?,
+            confidence: load_floats(src, lay, &format!("{last}.confidence_head.proj"), &[1, d + r])?,
+            embed: load_matrix(src, lay, "embed", v, d)?,
+            head: load_matrix(src, lay, "head", v, d)?,
             stages,
             cfg,
             ds,

@@ -159,11 +159,36 @@ fn a_checkpoint_without_a_drafter_is_named() {
 
 #[test]
 fn options_are_parsed_strictly() {
-    assert_eq!(parse_options("").unwrap(), (Variant::Exact, MoeArm::Fused));
-    assert_eq!(parse_options(r#"{"variant":"fp8"}"#).unwrap(), (Variant::Fp8, MoeArm::Fused));
-    assert_eq!(parse_options(r#"{"moe":"per-expert"}"#).unwrap(), (Variant::Exact, MoeArm::PerExpert));
+    let o = |variant, moe, realization| dspark::Options { variant, moe, realization };
+    assert_eq!(parse_options("").unwrap(), o(Variant::Exact, MoeArm::Fused, None));
+    assert_eq!(parse_options(r#"{"variant":"fp8"}"#).unwrap(), o(Variant::Fp8, MoeArm::Fused, None));
+    assert_eq!(parse_options(r#"{"moe":"per-expert"}"#).unwrap(), o(Variant::Exact, MoeArm::PerExpert, None));
+    let gpu = Some(dspark::Realization::Gpu);
+    assert_eq!(parse_options(r#"{"realization":"gpu"}"#).unwrap(), o(Variant::Exact, MoeArm::Fused, gpu));
+    assert!(parse_options(r#"{"realization":"tpu"}"#).unwrap_err().contains("realization"));
     assert!(parse_options(r#"{"moe":"grouped"}"#).unwrap_err().contains("unknown MoE arm"));
     assert!(parse_options(r#"{"variant":"fp4"}"#).unwrap_err().contains("variant"));
     assert!(parse_options(r#"{"varient":"fp8"}"#).unwrap_err().contains("unknown key `varient`"));
     assert!(parse_options("fp8").unwrap_err().contains("not JSON"));
+}
+
+/// A `synth:` address gives the drafter the checkpoint `memra synth` writes
+/// for the same preset and seed (generating only `mtp.*`, embed and head).
+#[test]
+fn synth_address_loads_the_written_drafter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (w, taps, _) = setup(tmp.path());
+    let s = DsparkWeights::load(Path::new("synth:tiny,seed=11,dspark")).unwrap();
+    assert_eq!(s.main_proj.data.to_vec(), w.main_proj.data.to_vec());
+    assert_eq!(s.markov_w2.data.to_vec(), w.markov_w2.data.to_vec());
+    assert_eq!(s.stages.len(), w.stages.len());
+    let (mut a, mut b) = (Dspark::new(w, Variant::Exact, 64), Dspark::new(Arc::new(s), Variant::Exact, 64));
+    a.commit(0, &taps).unwrap();
+    b.commit(0, &taps).unwrap();
+    assert_eq!(a.forward_spec(9).unwrap().0, b.forward_spec(9).unwrap().0);
+    let e = match DsparkWeights::load(Path::new("synth:tiny,seed=11")) {
+        Ok(_) => panic!("a model without a drafter loaded as one"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(e.contains("no DSpark drafter"), "{e}");
 }

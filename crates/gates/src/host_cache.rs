@@ -245,6 +245,8 @@ pub struct DraftedEngine<'a, T: Target> {
     pub plugin: std::sync::Arc<DrafterPlugin>,
     pub model_dir: std::path::PathBuf,
     pub options_json: Option<String>,
+    /// The device the drafter is told the target runs on (None: CPU).
+    pub device: Option<usize>,
     pub identity: Identity,
     pub label: String,
 }
@@ -275,6 +277,7 @@ impl<T: Target> CacheEngine for DraftedEngine<'_, T> {
             options_json: self.options_json.as_deref(),
             embed_f32: None,
             head_f32: None,
+            device: self.device,
         };
         let drafter = Drafter::new(self.plugin.clone(), &setup)?;
         let trunk = self.target.new_state(capacity, chunk, 0)?;

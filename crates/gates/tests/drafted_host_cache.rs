@@ -45,6 +45,7 @@ fn drafter_rings_are_parked_restored_and_checked() {
         plugin: DrafterPlugin::load(&lib).unwrap(),
         model_dir: dir.clone(),
         options_json: None,
+        device: None,
         identity: dsv4_identity(m.config(), &m.sha256, Variant::Exact),
         label: "cpu/exact".into(),
     };

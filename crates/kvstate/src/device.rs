@@ -3,9 +3,11 @@
 //! and page-locked host buffers for snapshots.
 //!
 //! Copies move live rows only: a growing class is one contiguous range, a
-//! ring at most two. Host buffers are allocated page-locked without the
-//! write-combined flag (cudarc's default), so the CPU reads them at full
-//! speed after a snapshot.
+//! ring at most two. Each copy runs with its class's own context current
+//! (classes may live on several devices). Host buffers are allocated
+//! page-locked and portable (pinned for every context, so copies to and
+//! from any device run at link speed) without the write-combined flag, so
+//! the CPU reads them at full speed after a snapshot.
 
 use std::sync::Arc;
 
@@ -34,8 +36,10 @@ unsafe impl Sync for PinnedBytes {}
 impl PinnedBytes {
     pub fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Self, StateError> {
         ctx.bind_to_thread().map_err(|e| dev_err("binding the CUDA context", e))?;
-        // SAFETY: plain page-locked allocation (flags 0: cached, not write-combined).
-        let ptr = unsafe { result::malloc_host(len.max(1), 0) }.map_err(|e| dev_err("cuMemHostAlloc", e))? as *mut u8;
+        // SAFETY: plain page-locked allocation (cached, not write-combined;
+        // portable: pinned for every context of the process).
+        let ptr = unsafe { result::malloc_host(len.max(1), cudarc::driver::sys::CU_MEMHOSTALLOC_PORTABLE) }
+            .map_err(|e| dev_err("cuMemHostAlloc", e))? as *mut u8;
         Ok(PinnedBytes { ptr, len, _ctx: ctx.clone() })
     }
 }
@@ -71,6 +75,17 @@ pub struct DeviceClass {
     pub ptr: u64,
     pub rows: usize,
     pub written: u64,
+}
+
+impl DeviceClass {
+    /// Make this class's context current on the calling thread: raw copies
+    /// on its stream need it (another device's context may be current).
+    fn bind(&self, name: &str) -> Result<(), StateError> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| dev_err(&format!("binding the context of class `{name}`"), e))
+    }
 }
 
 /// A state whose classes live on devices.
@@ -170,6 +185,7 @@ impl DeviceState {
                     got: out.len(),
                 });
             }
+            c.bind(&spec.name)?;
             let mut o = 0;
             for (slot, rows) in self.live_runs(i, c.written) {
                 let n = rows * rb;
@@ -196,6 +212,7 @@ impl DeviceState {
             let runs = self.live_runs(i, written);
             let c = &self.classes[i];
             let src = snap.classes[i].bytes.as_ref();
+            c.bind(&spec.name)?;
             let mut o = 0;
             for (slot, rows) in runs {
                 let n = rows * rb;
@@ -255,6 +272,7 @@ impl StateStore for DeviceState {
         if out.len() != live * rb {
             return Err(StateError::Size { class: spec.name.clone(), expected: live * rb, got: out.len() });
         }
+        c.bind(&spec.name)?;
         let mut o = 0;
         for (slot, rows) in self.live_runs(class, c.written) {
             let n = rows * rb;
@@ -279,6 +297,7 @@ impl StateStore for DeviceState {
         }
         let runs = self.live_runs(class, written);
         let c = &mut self.classes[class];
+        c.bind(&spec.name)?;
         let mut o = 0;
         for (slot, n_rows) in runs {
             let n = n_rows * rb;

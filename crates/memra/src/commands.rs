@@ -195,8 +195,14 @@ fn generate_speculative(
     };
     let ceiling: usize = a.parsed_or("ceiling", 5)?;
     let cfg = model.config();
-    let model_dir: Option<PathBuf> =
-        a.path("model").map(|p| if p.is_dir() { p } else { p.parent().map(|x| x.to_path_buf()).unwrap_or(p) });
+    // the checkpoint directory (a .gguf's folder); a synth: address as it is
+    let model_dir: Option<PathBuf> = a.path("model").map(|p| {
+        if p.is_dir() || p.to_string_lossy().starts_with("synth:") {
+            p
+        } else {
+            p.parent().map(|x| x.to_path_buf()).unwrap_or(p)
+        }
+    });
     let setup = DrafterSetup {
         vocab_size: cfg.vocab_size,
         hidden_size: cfg.hidden_size,
@@ -207,6 +213,7 @@ fn generate_speculative(
         // decoding both to f32 would cost 2 x vocab x hidden x 4 bytes at start
         embed_f32: None,
         head_f32: None,
+        device: gpu.as_ref().and_then(|g| g.devices().last().copied()),
     };
     let mut drafter = Drafter::new(plugin, &setup)?;
     fn run<T: Target>(

@@ -23,6 +23,8 @@ memra gate chunks <model> [--tokens FILE | --prompt-len N] [--widths 1,7,32,64] 
 memra gate compare <model> [--tokens FILE | --prompt-len N] [--devices D] [--variant V] [--experts A]
 memra gate host-cache <model> <tokens.json> [--devices D] [--variant V] [--backend gpu|cpu] [--out-dir DIR]
                 [--drafter LIB.so [--drafter-options JSON|@FILE]]
+memra gate drafters <model> --drafter LIB.so [--reference JSON] [--candidate JSON] [--steps N]
+                [--prompt-len N] [--backend gpu|cpu] [--devices D] [--variant V] [--out FILE]
 
 tf: the teacher-forced gate. Feeds the banked tokens to the GPU, compares the
 argmax at every position with the bank, classifies disagreements (in band,
@@ -37,6 +39,11 @@ chunk widths 1 and 64 leave identical classes. Prints the snapshot bytes.
 With --drafter the drafter plugin rides along (every token's taps committed)
 and its state classes (`drafter/...`) are parked and compared with the
 trunk's (`trunk/...`).
+drafters: two instances of one drafter plugin with different options (default
+reference {\"realization\":\"cpu\"}, candidate {\"realization\":\"gpu\"}: DSpark's
+GPU realization against its CPU reference) get the same taps along the
+target's greedy trajectory (default 32 steps after a 64-token prompt); every
+proposal's ids must be equal and the confidences within 1e-6.
 Every gate exits non-zero when it fails.
 ";
 
@@ -92,6 +99,9 @@ pub fn gate(argv: &[String]) -> Result<()> {
             "out-dir",
             "drafter",
             "drafter-options",
+            "reference",
+            "candidate",
+            "steps",
         ],
         &[],
     )?;
@@ -219,8 +229,17 @@ pub fn gate(argv: &[String]) -> Result<()> {
                 model_dir: &Path,
                 (plugin, options_json): (std::sync::Arc<trunk::drafter::DrafterPlugin>, Option<String>),
                 identity: kvstate::Identity,
+                device: Option<usize>,
             ) -> DraftedEngine<'t, T> {
-                DraftedEngine { target, plugin, model_dir: model_dir.to_path_buf(), options_json, identity, label }
+                DraftedEngine {
+                    target,
+                    plugin,
+                    model_dir: model_dir.to_path_buf(),
+                    options_json,
+                    device,
+                    identity,
+                    label,
+                }
             }
             let rep = match (a.get("backend").unwrap_or("gpu"), drafter.is_some()) {
                 ("gpu", false) => {
@@ -234,12 +253,14 @@ pub fn gate(argv: &[String]) -> Result<()> {
                 ("gpu", true) => {
                     let gpu = load_gpu(&a, &model, variant)?;
                     let label = format!("gpu/{variant} devices {:?}", gpu.devices());
-                    let e = drafted(&gpu, label, &model_path, drafter.expect("a drafter"), identity);
+                    let device = gpu.devices().last().copied();
+                    let e = drafted(&gpu, label, &model_path, drafter.expect("a drafter"), identity, device);
                     host_cache_gate(&e, &ids, &dir, None)?
                 }
                 ("cpu", true) => {
                     let o = CpuOracle::new(model.weights.clone(), variant);
-                    let e = drafted(&o, format!("cpu/{variant}"), &model_path, drafter.expect("a drafter"), identity);
+                    let e =
+                        drafted(&o, format!("cpu/{variant}"), &model_path, drafter.expect("a drafter"), identity, None);
                     host_cache_gate(&e, &ids, &dir, None)?
                 }
                 (other, _) => bail!("unknown --backend `{other}`"),
@@ -264,7 +285,63 @@ pub fn gate(argv: &[String]) -> Result<()> {
                 bail!("host-cache gate failed: differing classes {:?}", rep.differing_classes);
             }
         }
-        other => bail!("unknown gate `{other}` (tf, chunks, compare or host-cache)\n\n{GATE_HELP}"),
+        "drafters" => {
+            use gates::drafters::{compare_drafters, CONF_TOLERANCE};
+            let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
+            let plugin = trunk::drafter::DrafterPlugin::load(&a.path("drafter").context("missing --drafter LIB")?)?;
+            let reference = a.get("reference").unwrap_or(r#"{"realization":"cpu"}"#).to_string();
+            let candidate = a.get("candidate").unwrap_or(r#"{"realization":"gpu"}"#).to_string();
+            let prompt = random_prompt(
+                a.parsed_or("prompt-len", 64)?,
+                a.parsed_or("seed", 0)?,
+                2,
+                model.config().vocab_size as u32,
+            );
+            let steps: usize = a.parsed_or("steps", 32)?;
+            let gpu = match a.get("backend").unwrap_or("gpu") {
+                "gpu" => Some(load_gpu(&a, &model, variant)?),
+                "cpu" => None,
+                other => bail!("unknown --backend `{other}`"),
+            };
+            let setup = trunk::drafter::DrafterSetup {
+                vocab_size: model.config().vocab_size,
+                hidden_size: model.config().hidden_size,
+                max_positions: prompt.len() + steps + 64,
+                model_dir: Some(&model_path),
+                options_json: None,
+                embed_f32: None,
+                head_f32: None,
+                device: gpu.as_ref().and_then(|g| g.devices().last().copied()),
+            };
+            let rep = match &gpu {
+                Some(g) => compare_drafters(g, plugin, &setup, &reference, &candidate, &prompt, steps, CONF_TOLERANCE)?,
+                None => {
+                    let o = CpuOracle::new(model.weights.clone(), variant);
+                    compare_drafters(&o, plugin, &setup, &reference, &candidate, &prompt, steps, CONF_TOLERANCE)?
+                }
+            };
+            if let Some(o) = a.path("out") {
+                write_json(&o, &rep)?;
+            }
+            println!(
+                "drafter gate {}: {} vs {}: {} proposals, ids equal {}/{}{}, max |conf diff| {:.3e} (tolerance {:.0e}), reference drafts confirmed by the target {:.3} per proposal -> {}",
+                model.label,
+                rep.reference_options,
+                rep.candidate_options,
+                rep.proposals,
+                rep.ids_equal,
+                rep.slots,
+                rep.first_difference.map_or(String::new(), |(p, k, x, y)| format!(" (first difference: proposal {p} slot {k}: {x} vs {y})")),
+                rep.max_conf_abs_diff,
+                rep.conf_tolerance,
+                rep.reference_mean_confirmed,
+                if rep.pass { "PASS" } else { "FAIL" }
+            );
+            if !rep.pass {
+                bail!("drafter gate failed");
+            }
+        }
+        other => bail!("unknown gate `{other}` (tf, chunks, compare, host-cache or drafters)\n\n{GATE_HELP}"),
     }
     Ok(())
 }

@@ -140,3 +140,36 @@ fn baseline_run_feeds_the_replay_drafter() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("needs --baseline"));
 }
+
+/// The drafter gate: two instances with equal semantics agree proposal by
+/// proposal (PASS); a candidate that computes something else (the fp8
+/// variant against the exact reference) is caught (FAIL).
+#[test]
+fn drafter_gate_passes_twins_and_catches_a_different_realization() {
+    let dir = plugins();
+    let lib = dir.join(format!("{}dspark{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny");
+    let out = Command::new(env!("CARGO_BIN_EXE_memra"))
+        .args(["synth", "--preset", "tiny", "--seed", "4", "--out", model.to_str().unwrap(), "--dspark"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let gate = |candidate: &str| {
+        let rep = tmp.path().join("rep.json");
+        let o = Command::new(env!("CARGO_BIN_EXE_memra"))
+            .args(["gate", "drafters", model.to_str().unwrap(), "--drafter", lib.to_str().unwrap()])
+            .args(["--backend", "cpu", "--steps", "6", "--candidate", candidate, "--out", rep.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&rep).unwrap()).unwrap();
+        (o.status.success(), v)
+    };
+    let (ok, v) = gate(r#"{"realization":"cpu","moe":"per-expert"}"#);
+    assert!(ok && v["pass"] == true, "{v}");
+    assert_eq!(v["ids_equal"], v["slots"]);
+    assert_eq!(v["max_conf_abs_diff"], 0.0);
+    let (ok, v) = gate(r#"{"realization":"cpu","variant":"fp8"}"#);
+    assert!(!ok && v["pass"] == false, "{v}");
+    assert!(v["max_conf_abs_diff"].as_f64().unwrap() > 1e-6, "{v}");
+}

@@ -69,6 +69,10 @@ pub struct DrafterSetup<'a> {
     pub options_json: Option<&'a str>,
     pub embed_f32: Option<&'a [f32]>,
     pub head_f32: Option<&'a [f32]>,
+    /// The device the engine's last layers run on (where the taps come
+    /// from), or None on the CPU. The drafter opens that device's primary
+    /// context itself; no context or stream handle is passed.
+    pub device: Option<usize>,
 }
 
 /// A drafter instance.
@@ -96,7 +100,7 @@ impl Drafter {
             options_json: opts.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
             cu_context: std::ptr::null_mut(),
             cu_stream: std::ptr::null_mut(),
-            device_ordinal: -1,
+            device_ordinal: s.device.map_or(-1, |d| d as i32),
             embed_f32: s.embed_f32.map_or(std::ptr::null(), |e| e.as_ptr()),
             head_f32: s.head_f32.map_or(std::ptr::null(), |e| e.as_ptr()),
         };

@@ -85,6 +85,23 @@ pub fn open_model(path: &Path, arm: ExpertArm) -> Result<LoadedModel> {
 /// generate in full. The identity hash covers the address and the config
 /// (the generator is deterministic), not the tensors' bytes.
 pub fn synthetic_model(addr: &str, arm: ExpertArm) -> Result<LoadedModel> {
+    let (s, shared) = parse_synth_address(addr)?;
+    let src = if shared { crate::synth::write::MemSource::official_sharing_quantized(&s)? } else { in_memory(&s)? };
+    let weights = Dsv4Weights::load(&src, &s.config, arm)?;
+    let mut h = Sha256::new();
+    h.update(format!("synth:{addr}").as_bytes());
+    h.update(s.config.fingerprint().as_bytes());
+    Ok(LoadedModel {
+        tokenizer: Tokenizer::bytes(&s.config),
+        label: format!("synth:{addr}"),
+        sha256: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        weights: Arc::new(weights),
+    })
+}
+
+/// The synthetic model an address (what follows `synth:`) names, and
+/// whether it shares quantized tensors between layers.
+pub fn parse_synth_address(addr: &str) -> Result<(Synth, bool)> {
     let mut parts = addr.split(',');
     let preset = parts.next().unwrap_or_default();
     let (mut layers, mut seed, mut dspark, mut shared) = (None, 0u64, false, false);
@@ -101,17 +118,7 @@ pub fn synthetic_model(addr: &str, arm: ExpertArm) -> Result<LoadedModel> {
     if dspark {
         s = s.with_dspark();
     }
-    let src = if shared { crate::synth::write::MemSource::official_sharing_quantized(&s)? } else { in_memory(&s)? };
-    let weights = Dsv4Weights::load(&src, &s.config, arm)?;
-    let mut h = Sha256::new();
-    h.update(format!("synth:{addr}").as_bytes());
-    h.update(s.config.fingerprint().as_bytes());
-    Ok(LoadedModel {
-        tokenizer: Tokenizer::bytes(&s.config),
-        label: format!("synth:{addr}"),
-        sha256: h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
-        weights: Arc::new(weights),
-    })
+    Ok((s, shared))
 }
 
 /// The embedded default: the `tiny` preset generated in memory (seed 0).

@@ -105,7 +105,7 @@ impl Target for crate::gpu::Dsv4Gpu {
         if tap_layers.is_empty() {
             return Ok((self.forward(st, tokens, which)?, Vec::new()));
         }
-        let (l, res) = self.forward_capture(st, tokens, which)?;
+        let (l, res) = self.forward_capture_layers(st, tokens, which, tap_layers)?;
         let (n, hc, d) = (tokens.len(), self.config.hc_mult, self.config.hidden_size);
         let taps = crate::cpu::ops::hc::stream_mean_taps(tap_layers, n, hc, d, |layer| &res[layer]);
         Ok((l, taps))

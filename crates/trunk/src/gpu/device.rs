@@ -100,6 +100,12 @@ impl Gpu {
         }
     }
 
+    /// Make this device's context current on the calling thread (raw
+    /// driver calls on its stream need it; cudarc's own calls bind it).
+    pub fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(|e| anyhow!("binding device {}: {e}", self.ordinal))
+    }
+
     pub fn name(&self) -> String {
         self.ctx.name().unwrap_or_else(|_| "unknown".into())
     }
@@ -157,6 +163,50 @@ impl Gpu {
 
     pub fn sync(&self) -> Result<()> {
         self.stream.synchronize().map_err(|e| anyhow!("device {}: {e}", self.ordinal))
+    }
+
+    /// `y[n, rows] = x[n, cols] . w^T` over all of `w`'s rows (kernels/linear.cu).
+    pub fn lin(&self, w: &super::weights::DevMat, x: u64, y: u64, n: usize) -> Result<()> {
+        let (rows, cols) = (w.arg.rows as usize, w.arg.cols as usize);
+        self.linear(w, x, cols, y, rows, n, 0, rows)
+    }
+
+    /// Rows `row0 .. row0 + nrows` of `w` applied to `n` inputs of stride
+    /// `x_stride`, written at stride `y_stride`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear(
+        &self,
+        w: &super::weights::DevMat,
+        x: u64,
+        x_stride: usize,
+        y: u64,
+        y_stride: usize,
+        n: usize,
+        row0: usize,
+        nrows: usize,
+    ) -> Result<()> {
+        // a tile of one token for decode, eight otherwise; the same sums either way
+        let (kernel, tile) = if n == 1 { ("linear_f32_t1", 1) } else { ("linear_f32", 8) };
+        crate::launch!(self, kernel, Gpu::cfg((nrows.div_ceil(4) as u32, n.div_ceil(tile) as u32, 1), 128, 0);
+            w.arg, x, x_stride as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
+        Ok(())
+    }
+
+    /// RMS-normalize `rows` rows of `width` in place, times `w` (0: none).
+    pub fn rms_norm(&self, x: u64, w: u64, rows: usize, width: usize, eps: f32) -> Result<()> {
+        crate::launch!(self, "rms_norm_f32", Gpu::cfg((rows as u32, 1, 1), 256, 0); x, x, w, width as i32, eps);
+        Ok(())
+    }
+
+    /// `dst = src` quantized to FP8 per 1x128 block and back (the `fp8`
+    /// variant's activations); returns `dst`.
+    pub fn act_fp8(&self, src: u64, dst: u64, rows: usize, width: usize) -> Result<u64> {
+        self.bind()?;
+        // SAFETY: the caller's buffers both hold rows*width f32.
+        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, rows * width * 4, self.stream.cu_stream()) }
+            .map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
+        crate::launch!(self, "act_fp8_rows", Gpu::cfg((rows as u32, width.div_ceil(128) as u32, 1), 128, 0); dst, width as i32);
+        Ok(dst)
     }
 
     pub fn func(&self, name: &str) -> Result<&CudaFunction> {

@@ -52,6 +52,16 @@ pub struct GpuOptions {
     pub fault: Option<Fault>,
 }
 
+/// What a forward does with the state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pass {
+    /// Consume the tokens: write their cache rows, advance the positions.
+    Commit,
+    /// A drafter's block (`forward_block`): window attention sees the ring
+    /// and the whole block; nothing is written to the state.
+    Block,
+}
+
 pub(super) struct Stage {
     pub(super) gpu: Arc<Gpu>,
     pub(super) layers: Range<usize>,
@@ -357,7 +367,88 @@ impl Dsv4Gpu {
 
     /// One token; returns the argmax of its logits (computed on the device).
     pub fn decode_step_greedy(&self, st: &mut GpuState, token: u32) -> Result<u32> {
-        self.run(st, &[token], Logits::Last, true, None).map(|(_, a)| a[0] as u32)
+        self.run(st, &[token], Logits::Last, true, None, Pass::Commit).map(|(_, a)| a[0] as u32)
+    }
+
+    /// A drafter's block pass over a window-only stack (DSpark's stages):
+    /// `tokens` at the next positions, each query seeing the last
+    /// `sliding_window` committed rows of its layer's ring and every row of
+    /// the block (kernels/attention.cu mode 3). The state is not written.
+    /// Returns the collapsed pre-norm hidden rows `[n, hidden]` (`hc_head`)
+    /// and the logits `[n, vocab]` of the final norm and head.
+    pub fn forward_block(&self, st: &mut GpuState, tokens: &[u32]) -> Result<(Vec<f32>, Vec<f32>)> {
+        if let Some(l) = self.config.layer_types.iter().position(|&k| k != crate::config::AttnKind::Window) {
+            bail!("a block pass runs window-only stacks; layer {l} is {:?}", self.config.layer_types[l]);
+        }
+        let n = tokens.len();
+        if n > super::state::LOGIT_ROWS {
+            bail!("a block of {n} tokens is wider than {} rows", super::state::LOGIT_ROWS);
+        }
+        self.run(st, tokens, Logits::None, false, None, Pass::Block)?;
+        let c = &self.config;
+        let (d, v) = (c.hidden_size, c.vocab_size);
+        let si = self.stages.len() - 1;
+        let stage = &self.stages[si];
+        let g = &stage.gpu;
+        let hcw = stage.hc_head.as_ref().expect("the last stage holds hc_head");
+        let rows: Vec<i32> = (0..n as i32).collect();
+        g.write(&mut st.scratch[si].head_rows, &rows)?;
+        let sc = &st.scratch[si];
+        launch!(g, "hc_head", Gpu::cfg((n as u32, 1, 1), 256, 0);
+            sc.x.ptr, sc.head_rows.ptr, hcw.fn_.ptr, hcw.base.ptr, hcw.scale.ptr, c.hc_mult as i32, d as i32, c.hc_eps as f32,
+            c.rms_norm_eps as f32, sc.hy.ptr);
+        let collapsed = g.download(&sc.hy, n * d)?;
+        self.norm(g, sc.hy.ptr, stage.norm.as_ref().expect("the last stage holds the final norm").ptr, n, d)?;
+        self.lin(g, stage.head.as_ref().expect("the last stage holds the head"), sc.hy.ptr, sc.logits.ptr, n)?;
+        let logits = g.download(&sc.logits, n * v)?;
+        Ok((collapsed, logits))
+    }
+
+    /// Append, for `n` positions from `pos0` (the state's next position),
+    /// every layer's window K=V row computed from the given hidden rows
+    /// (`hidden`: a device address of `[n, hidden]` f32 on the first stage's
+    /// device): `kv_norm(wkv(h))`, rotated at the position (FP8 on the
+    /// non-rope dims in the fp8 variant), into the layer's ring; then
+    /// advance the positions. A drafter's commit (DSpark's `main_x`).
+    /// Window-only stacks on one device.
+    pub fn append_window_rows(&self, st: &mut GpuState, hidden: u64, n: usize, pos0: usize) -> Result<()> {
+        if self.stages.len() != 1 || self.config.layer_types.iter().any(|&k| k != crate::config::AttnKind::Window) {
+            bail!("append_window_rows runs window-only stacks on one device");
+        }
+        if pos0 != st.positions() {
+            bail!("appending at position {pos0}, the state is at {}", st.positions());
+        }
+        if n > st.chunk_width() {
+            bail!("{n} rows are wider than this state's scratch ({})", st.chunk_width());
+        }
+        let c = &self.config;
+        let (d, hd, rd) = (c.hidden_size, c.head_dim, c.rope_dim);
+        let stage = &self.stages[0];
+        let g = &*stage.gpu;
+        let sc = &st.scratch[0];
+        let hq = if self.opts.variant == Variant::Fp8 { g.act_fp8(hidden, sc.hq.ptr, n, d)? } else { hidden };
+        for (l, dl) in stage.dev.iter().enumerate() {
+            let sc = &st.scratch[0];
+            self.lin(g, &dl.wkv, hq, sc.kv.ptr, n)?;
+            self.norm(g, sc.kv.ptr, dl.kv_norm.ptr, n, hd)?;
+            launch!(g, "rope_rows", Gpu::cfg((n as u32, 1, 1), 32, 0); sc.kv.ptr, 1i32, hd as i32, stage.rope_main.ptr, (rd / 2) as i32, pos0 as i32, 0i32);
+            if self.opts.variant == Variant::Fp8 {
+                let nope = hd - rd;
+                launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
+            }
+            let ring = &st.kv.classes[self.state_layout.layers[l].kv];
+            launch!(g, "ring_append", Gpu::cfg((n.min(ring.rows) as u32, 1, 1), 256, 0);
+                ring.ptr, ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, pos0 as i32);
+            st.kv.advance(self.state_layout.layers[l].kv, n as u64);
+        }
+        g.sync()?;
+        st.set_positions(pos0 + n);
+        Ok(())
+    }
+
+    /// The device of stage `i` (its context, stream and kernels).
+    pub fn stage_gpu(&self, i: usize) -> &Arc<Gpu> {
+        &self.stages[i].gpu
     }
 
     /// Named live contents of every class (for bit comparison).
@@ -367,7 +458,7 @@ impl Dsv4Gpu {
     }
 
     pub fn forward(&self, st: &mut GpuState, tokens: &[u32], which: Logits) -> Result<Vec<f32>> {
-        self.run(st, tokens, which, false, None).map(|(l, _)| l)
+        self.run(st, tokens, which, false, None, Pass::Commit).map(|(l, _)| l)
     }
 
     /// `forward` that also returns the residual streams after every layer
@@ -379,7 +470,21 @@ impl Dsv4Gpu {
         which: Logits,
     ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
         let mut res = Vec::new();
-        let l = self.run(st, tokens, which, false, Some(&mut res))?.0;
+        let l = self.run(st, tokens, which, false, Some((&mut res, None)), Pass::Commit)?.0;
+        Ok((l, res))
+    }
+
+    /// `forward_capture` of the given layers only (the others' entries are
+    /// empty): a drafter's taps without a download after every layer.
+    pub fn forward_capture_layers(
+        &self,
+        st: &mut GpuState,
+        tokens: &[u32],
+        which: Logits,
+        layers: &[usize],
+    ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+        let mut res = Vec::new();
+        let l = self.run(st, tokens, which, false, Some((&mut res, Some(layers))), Pass::Commit)?.0;
         Ok((l, res))
     }
 
@@ -389,7 +494,8 @@ impl Dsv4Gpu {
         tokens: &[u32],
         which: Logits,
         greedy: bool,
-        mut capture: Option<&mut Vec<Vec<f32>>>,
+        mut capture: Option<(&mut Vec<Vec<f32>>, Option<&[usize]>)>,
+        pass: Pass,
     ) -> Result<(Vec<f32>, Vec<i32>)> {
         let n = tokens.len();
         let t0 = st.positions();
@@ -423,6 +529,7 @@ impl Dsv4Gpu {
                 g.stream.wait(&ev).map_err(|e| anyhow::anyhow!("{e}"))?;
                 let (src, dst) = (st.scratch[si - 1].x.ptr, st.scratch[si].x.ptr);
                 g.write(&mut st.scratch[si].tokens, &toks)?;
+                g.bind()?;
                 // SAFETY: both buffers hold at least `bytes`; ordered after the previous stage by the event.
                 unsafe {
                     cudarc::driver::result::memcpy_peer_async(
@@ -439,11 +546,18 @@ impl Dsv4Gpu {
                 })?;
             }
             for (k, l) in stage.layers.clone().enumerate() {
-                self.layer(st, si, l, &stage.dev[k], n, t0)?;
-                if let Some(c) = capture.as_deref_mut() {
-                    c.push(g.download(&st.scratch[si].x, n * self.config.hc_mult * self.config.hidden_size)?);
+                self.layer(st, si, l, &stage.dev[k], n, t0, pass)?;
+                if let Some((c, only)) = capture.as_mut() {
+                    if only.is_none_or(|o| o.contains(&l)) {
+                        c.push(g.download(&st.scratch[si].x, n * self.config.hc_mult * self.config.hidden_size)?);
+                    } else {
+                        c.push(Vec::new());
+                    }
                 }
             }
+        }
+        if pass == Pass::Block {
+            return Ok((Vec::new(), Vec::new()));
         }
         // state bookkeeping (host side)
         for (l, lc) in self.state_layout.layers.iter().enumerate() {
@@ -477,41 +591,15 @@ impl Dsv4Gpu {
         if self.opts.variant == Variant::Exact {
             return Ok(src.ptr);
         }
-        let bytes = rows * width * 4;
-        // SAFETY: both buffers hold rows*width f32.
-        unsafe { cudarc::driver::result::memcpy_dtod_async(dst.ptr, src.ptr, bytes, g.stream.cu_stream()) }
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
-        launch!(g, "act_fp8_rows", Gpu::cfg((rows as u32, width.div_ceil(128) as u32, 1), 128, 0); dst.ptr, width as i32);
-        Ok(dst.ptr)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn linear(
-        &self,
-        g: &Gpu,
-        w: &DevMat,
-        x: u64,
-        x_stride: usize,
-        y: u64,
-        y_stride: usize,
-        n: usize,
-        row0: usize,
-        nrows: usize,
-    ) -> Result<()> {
-        // a tile of one token for decode, eight otherwise; the same sums either way
-        let (kernel, tile) = if n == 1 { ("linear_f32_t1", 1) } else { ("linear_f32", 8) };
-        launch!(g, kernel, Gpu::cfg((nrows.div_ceil(4) as u32, n.div_ceil(tile) as u32, 1), 128, 0);
-            w.arg, x, x_stride as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
-        Ok(())
+        g.act_fp8(src.ptr, dst.ptr, rows, width)
     }
 
     pub(super) fn lin(&self, g: &Gpu, w: &DevMat, x: u64, y: u64, n: usize) -> Result<()> {
-        self.linear(g, w, x, w.arg.cols as usize, y, w.arg.rows as usize, n, 0, w.arg.rows as usize)
+        g.lin(w, x, y, n)
     }
 
     pub(super) fn norm(&self, g: &Gpu, x: u64, w: u64, rows: usize, width: usize) -> Result<()> {
-        launch!(g, "rms_norm_f32", Gpu::cfg((rows as u32, 1, 1), 256, 0); x, x, w, width as i32, self.config.rms_norm_eps as f32);
-        Ok(())
+        g.rms_norm(x, w, rows, width, self.config.rms_norm_eps as f32)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -526,7 +614,17 @@ impl Dsv4Gpu {
         Ok(())
     }
 
-    fn layer(&self, st: &mut GpuState, si: usize, l: usize, dl: &DevLayer, n: usize, t0: usize) -> Result<()> {
+    #[allow(clippy::too_many_arguments)]
+    fn layer(
+        &self,
+        st: &mut GpuState,
+        si: usize,
+        l: usize,
+        dl: &DevLayer,
+        n: usize,
+        t0: usize,
+        pass: Pass,
+    ) -> Result<()> {
         let c = &self.config;
         let stage = &self.stages[si];
         let g = &*stage.gpu;
@@ -536,7 +634,7 @@ impl Dsv4Gpu {
         self.mark(si, "hc")?;
         self.hc_pre(g, &dl.hc_attn, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.norm(g, sc.h.ptr, dl.attn_norm.ptr, n, d)?;
-        self.attention(st, si, l, dl, n, t0)?;
+        self.attention(st, si, l, dl, n, t0, pass)?;
         let sc = &st.scratch[si];
         self.mark(si, "hc")?;
         launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); sc.x.ptr, sc.a.ptr, sc.mix.ptr, hc as i32, d as i32);

@@ -4,7 +4,7 @@
 use anyhow::Result;
 
 use super::device::Gpu;
-use super::forward::{Dsv4Gpu, Fault, MoeArm};
+use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
 use super::state::{GpuState, LOGIT_ROWS};
 use super::weights::DevLayer;
 use crate::config::{AttnKind, ScoringFunc};
@@ -20,6 +20,7 @@ impl Dsv4Gpu {
         dl: &DevLayer,
         n: usize,
         t0: usize,
+        pass: Pass,
     ) -> Result<()> {
         let c = &self.config;
         let stage = &self.stages[si];
@@ -110,6 +111,12 @@ impl Dsv4Gpu {
             max_ent = c.index_topk;
         }
 
+        if pass == Pass::Block {
+            if kind != AttnKind::Window {
+                anyhow::bail!("a block pass runs window layers only (layer {l} is {kind:?})");
+            }
+            (mode, topk, max_ent) = (3, n as i32, n);
+        }
         self.mark(si, "attn.core")?;
         let kv_ring = &st.kv.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
@@ -117,15 +124,17 @@ impl Dsv4Gpu {
         launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), ablock, (max_keys * 8) as u32);
             sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), sc.attn.ptr);
-        launch!(g, "ring_append", Gpu::cfg((n.min(kv_ring.rows) as u32, 1, 1), 256, 0);
-            kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
+        if pass == Pass::Commit {
+            launch!(g, "ring_append", Gpu::cfg((n.min(kv_ring.rows) as u32, 1, 1), 256, 0);
+                kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
+        }
         launch!(g, "rope_rows", Gpu::cfg(((n * nh) as u32, 1, 1), 32, 0); sc.attn.ptr, nh as i32, hd as i32, rope, npairs, pos0, 1i32);
         // grouped low-rank output projection
         self.mark(si, "attn.out")?;
         let (gs, ol) = (c.o_groups, c.o_lora_rank);
         let gin = nh * hd / gs;
         for gi in 0..gs {
-            self.linear(g, &dl.wo_a, sc.attn.at(gi * gin), nh * hd, sc.oa.at(gi * ol), gs * ol, n, gi * ol, ol)?;
+            g.linear(&dl.wo_a, sc.attn.at(gi * gin), nh * hd, sc.oa.at(gi * ol), gs * ol, n, gi * ol, ol)?;
         }
         let oaq = self.act(g, &sc.oa, &sc.oaq, n, gs * ol)?;
         self.lin(g, &dl.wo_b, oaq, sc.a.ptr, n)?;

@@ -291,7 +291,13 @@ impl MemSource {
     /// tensor from its own seeded streams, so the result does not depend on
     /// the thread count).
     pub fn official(s: &Synth) -> Result<Self> {
-        Self::generate(s, false)
+        Self::generate(s, false, &|_| true)
+    }
+
+    /// The tensors of `official` whose names `keep` accepts, and no others
+    /// (a drafter's own tensors without the trunk's layers).
+    pub fn official_only(s: &Synth, keep: &dyn Fn(&str) -> bool) -> Result<Self> {
+        Self::generate(s, false, keep)
     }
 
     /// Like `official`, but each FP8 and FP4 tensor of a layer is drawn
@@ -303,10 +309,10 @@ impl MemSource {
     /// ~176 GB) on a host that cannot hold them: a GPU upload still gives
     /// every layer its own device copy, so a step reads as many bytes.
     pub fn official_sharing_quantized(s: &Synth) -> Result<Self> {
-        Self::generate(s, true)
+        Self::generate(s, true, &|_| true)
     }
 
-    fn generate(s: &Synth, share: bool) -> Result<Self> {
+    fn generate(s: &Synth, share: bool, keep: &dyn Fn(&str) -> bool) -> Result<Self> {
         use rayon::prelude::*;
         let plan = s.plan(CheckpointLayout::Official)?;
         let specs = s.specs();
@@ -334,6 +340,7 @@ impl MemSource {
                 _ => groups.push(vec![k]),
             }
         }
+        groups.retain(|g| keep(&plan.plans[g[0]].name));
         let (groups, copies): (Vec<Vec<usize>>, Vec<Vec<usize>>) = groups.into_iter().partition(|g| {
             let spec = match plan.sources[g[0]] {
                 Source::QuantData(i) | Source::QuantScales(i) | Source::Dense(i) | Source::Ids(i, _) => i,
