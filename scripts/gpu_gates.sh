@@ -2,8 +2,8 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: gates hostcache fixtures park perf spec dspark split deep peer
-# (default: gates); split and deep need two GPUs (nvidia-h200-x2).
+# sections: gates hostcache fixtures park perf spec dspark split deep boundary peer
+# (default: gates); split, deep and boundary need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
 # Writes a summary (summary.txt) and everything else packed in results.tgz
@@ -181,6 +181,12 @@ deep() { # full-depth DSV4-Flash shape (43 layers, published schedule) over two 
   step "dspark 43 layers dev 0,1" gen_to $OUT/dspark_43l.json --model $D,dspark --backend gpu --devices 0,1 --max-tokens 64 --no-stop --json --drafter $P/libdspark.so --baseline
   for f in replay_43l dspark_43l; do
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2], 'plain', round(r['baseline_tokens_per_s'],1), 'tok/s, speculative', round(r['tokens_per_s'],1), 'tok/s, equal', r['equal_to_baseline'], 'steps', r['steps'], 'mean accepted', round(r['mean_accepted'],3))" $OUT/$f.json $f | tee -a "$SUMMARY"
+  done
+}
+boundary() { # the cost of crossing devices: 4 flash-shape layers on one GPU and split over two
+  for d in 0 0,1; do
+    step "roofline 4 layers dev $d" $M bench roofline --layers 4 --devices $d --contexts 1024 --steps 30 --prefill 0 --out $OUT/roofline_4l_${d/,/_}.json
+    grep -E "^(boundary|case|decode b1|breakdown)" "$LOG" | tail -4 | tee -a "$SUMMARY"
   done
 }
 peer() { # transformers 5.17 on the same 4-layer flash-shape weights (bf16), batch-1 decode at 1k

@@ -115,6 +115,47 @@ pub fn ceilings(gpu: &Dsv4Gpu) -> Result<Ceilings> {
     })
 }
 
+/// One stage boundary's crossing: the residual streams of `tokens` tokens
+/// (`tokens x hc x hidden` f32) copied from stage `i`'s device to stage
+/// `i+1`'s by the same peer copy the forward issues, median of 20, per
+/// boundary in milliseconds.
+pub fn boundary_cost(gpu: &Dsv4Gpu, tokens: usize) -> Result<Vec<f64>> {
+    let c = &gpu.config;
+    let bytes = tokens * c.hc_mult * c.hidden_size * 4;
+    let ctxs = gpu.stage_contexts();
+    let mut out = Vec::new();
+    for w in ctxs.windows(2) {
+        let (s0, s1) = (w[0].new_stream().map_err(|e| anyhow!("{e}"))?, w[1].new_stream().map_err(|e| anyhow!("{e}"))?);
+        let src = s0.alloc_zeros::<u8>(bytes).map_err(|e| anyhow!("{e}"))?;
+        let dst = s1.alloc_zeros::<u8>(bytes).map_err(|e| anyhow!("{e}"))?;
+        s0.synchronize().map_err(|e| anyhow!("{e}"))?;
+        let (sp, dp) = {
+            use cudarc::driver::DevicePtr;
+            (src.device_ptr(&s0).0, dst.device_ptr(&s1).0)
+        };
+        let mut times = Vec::new();
+        for _ in 0..22 {
+            times.push(timed(&w[1], &s1, || {
+                w[1].bind_to_thread().map_err(|e| anyhow!("{e}"))?;
+                // SAFETY: both buffers hold `bytes`; the copy is ordered on s1 and timed there.
+                unsafe {
+                    cudarc::driver::result::memcpy_peer_async(
+                        w[1].cu_ctx(),
+                        dp,
+                        w[0].cu_ctx(),
+                        sp,
+                        bytes,
+                        s1.cu_stream(),
+                    )
+                }
+                .map_err(|e| anyhow!("{e}"))
+            })?);
+        }
+        out.push(median_p(times[2..].to_vec()).0);
+    }
+    Ok(out)
+}
+
 fn mat(m: &Matrix) -> (f64, f64) {
     (m.stored_bytes() as f64, (m.rows * m.cols) as f64)
 }

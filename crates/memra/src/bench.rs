@@ -129,6 +129,15 @@ fn roofline(a: &Args) -> Result<()> {
     if !gpu.boundary_direct.is_empty() {
         println!("stage boundaries: direct peer copy {:?}", gpu.boundary_direct);
     }
+    if !gpu.boundary_direct.is_empty() {
+        let decode = bench::roofline::boundary_cost(&gpu, 1)?;
+        let prefill = bench::roofline::boundary_cost(&gpu, 4096)?;
+        println!(
+            "boundary crossing (peer copy of the residual streams) per boundary: one token {:?} ms, 4096 tokens {:?} ms",
+            decode.iter().map(|m| (m * 1e4).round() / 1e4).collect::<Vec<_>>(),
+            prefill.iter().map(|m| (m * 1e4).round() / 1e4).collect::<Vec<_>>()
+        );
+    }
     let ceil = ceilings(&gpu)?;
     println!(
         "ceilings: copy {:.0} GB/s (read+write; by stage {:?}), bf16 GEMM {:.0} TFLOP/s",

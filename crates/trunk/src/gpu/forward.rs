@@ -521,12 +521,14 @@ impl Dsv4Gpu {
                 let e = stage.embed.as_ref().unwrap();
                 launch!(g, "embed_rows", Gpu::cfg((n as u32, self.config.hc_mult as u32, 1), 256, 0); e.arg, sc.tokens.ptr, sc.x.ptr);
             } else {
-                // residual streams cross the boundary
-                self.mark(si, "boundary")?;
+                // residual streams cross the boundary (the profile's `stage wait` is
+                // this stage idling until the previous one is done, not a cost)
+                self.mark(si, "stage wait")?;
                 let bytes = n * self.config.hc_mult * self.config.hidden_size * 4;
                 let prev = &self.stages[si - 1].gpu;
                 let ev = prev.stream.record_event(None).map_err(|e| anyhow::anyhow!("{e}"))?;
                 g.stream.wait(&ev).map_err(|e| anyhow::anyhow!("{e}"))?;
+                self.mark(si, "boundary")?;
                 let (src, dst) = (st.scratch[si - 1].x.ptr, st.scratch[si].x.ptr);
                 g.write(&mut st.scratch[si].tokens, &toks)?;
                 g.bind()?;
