@@ -7,7 +7,10 @@
 // holds, so results do not depend on the batch; decode (n = 1) uses a tile
 // of one.
 //
-// grid (ceil(nrows / 4), ceil(n / tile)), block 128.
+// grid (ceil(nrows / 4), ceil(n / tile)), block 128. The grouped kernels add
+// grid z = group: group z applies rows z*nrows .. z*nrows+nrows-1 of W to the
+// inputs at x + z*x_group and writes y + z*nrows (the grouped low-rank output
+// projection `wo_a` in one launch); each output's sum is the one above.
 
 template <int FMT, int NT>
 __device__ __forceinline__ void linear_tile(const Mat& w, const float* x, int x_stride, float* y, int y_stride, int n,
@@ -49,4 +52,18 @@ extern "C" __global__ void linear_f32(Mat w, const float* __restrict__ x, int x_
 extern "C" __global__ void linear_f32_t1(Mat w, const float* __restrict__ x, int x_stride, float* __restrict__ y,
                                          int y_stride, int n, int row0, int nrows) {
     linear_any<1>(w, x, x_stride, y, y_stride, n, row0, nrows);
+}
+
+// Grouped, tile of 8 tokens.
+extern "C" __global__ void linear_grouped(Mat w, const float* __restrict__ x, int x_stride, int x_group,
+                                          float* __restrict__ y, int y_stride, int n, int nrows) {
+    const int z = blockIdx.z;
+    linear_any<8>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
+}
+
+// Grouped, tile of one token (decode).
+extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x, int x_stride, int x_group,
+                                             float* __restrict__ y, int y_stride, int n, int nrows) {
+    const int z = blockIdx.z;
+    linear_any<1>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
 }

@@ -192,6 +192,30 @@ impl Gpu {
         Ok(())
     }
 
+    /// `groups` products in one launch: group `z` applies rows
+    /// `z*rows_per_group ..` of `w` to the inputs at `x + z*x_group` floats
+    /// (stride `x_stride`) and writes `y + z*rows_per_group` (stride
+    /// `y_stride`); each sum is `linear`'s.
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear_grouped(
+        &self,
+        w: &super::weights::DevMat,
+        x: u64,
+        x_stride: usize,
+        x_group: usize,
+        y: u64,
+        y_stride: usize,
+        n: usize,
+        groups: usize,
+        rows_per_group: usize,
+    ) -> Result<()> {
+        let (kernel, tile) = if n == 1 { ("linear_grouped_t1", 1) } else { ("linear_grouped", 8) };
+        let grid = (rows_per_group.div_ceil(4) as u32, n.div_ceil(tile) as u32, groups as u32);
+        crate::launch!(self, kernel, Gpu::cfg(grid, 128, 0);
+            w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, rows_per_group as i32);
+        Ok(())
+    }
+
     /// RMS-normalize `rows` rows of `width` in place, times `w` (0: none).
     pub fn rms_norm(&self, x: u64, w: u64, rows: usize, width: usize, eps: f32) -> Result<()> {
         crate::launch!(self, "rms_norm_f32", Gpu::cfg((rows as u32, 1, 1), 256, 0); x, x, w, width as i32, eps);

@@ -557,6 +557,10 @@ impl Dsv4Gpu {
                     }
                 }
             }
+            if si + 1 < self.stages.len() {
+                // the stage's work is queued: what follows on its stream is idle time
+                self.mark(si, "stage idle")?;
+            }
         }
         if pass == Pass::Block {
             return Ok((Vec::new(), Vec::new()));

@@ -133,9 +133,7 @@ impl Dsv4Gpu {
         self.mark(si, "attn.out")?;
         let (gs, ol) = (c.o_groups, c.o_lora_rank);
         let gin = nh * hd / gs;
-        for gi in 0..gs {
-            g.linear(&dl.wo_a, sc.attn.at(gi * gin), nh * hd, sc.oa.at(gi * ol), gs * ol, n, gi * ol, ol)?;
-        }
+        g.linear_grouped(&dl.wo_a, sc.attn.ptr, nh * hd, gin, sc.oa.ptr, gs * ol, n, gs, ol)?;
         let oaq = self.act(g, &sc.oa, &sc.oaq, n, gs * ol)?;
         self.lin(g, &dl.wo_b, oaq, sc.a.ptr, n)?;
         Ok(())

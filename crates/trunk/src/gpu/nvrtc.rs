@@ -25,6 +25,8 @@ pub const SOURCES: &[(&str, &str)] = &[
 pub const KERNELS: &[&str] = &[
     "linear_f32",
     "linear_f32_t1",
+    "linear_grouped",
+    "linear_grouped_t1",
     "hc_mix_rows",
     "rms_norm_f32",
     "embed_rows",
