@@ -52,6 +52,12 @@ pub struct GpuOptions {
     pub fault: Option<Fault>,
 }
 
+/// Residual streams a forward copies out after its layers (all, or `layers`).
+struct Capture<'a> {
+    out: &'a mut Vec<Vec<f32>>,
+    layers: Option<&'a [usize]>,
+}
+
 /// What a forward does with the state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Pass {
@@ -470,7 +476,7 @@ impl Dsv4Gpu {
         which: Logits,
     ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
         let mut res = Vec::new();
-        let l = self.run(st, tokens, which, false, Some((&mut res, None)), Pass::Commit)?.0;
+        let l = self.run(st, tokens, which, false, Some(Capture { out: &mut res, layers: None }), Pass::Commit)?.0;
         Ok((l, res))
     }
 
@@ -484,7 +490,8 @@ impl Dsv4Gpu {
         layers: &[usize],
     ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
         let mut res = Vec::new();
-        let l = self.run(st, tokens, which, false, Some((&mut res, Some(layers))), Pass::Commit)?.0;
+        let l =
+            self.run(st, tokens, which, false, Some(Capture { out: &mut res, layers: Some(layers) }), Pass::Commit)?.0;
         Ok((l, res))
     }
 
@@ -494,7 +501,7 @@ impl Dsv4Gpu {
         tokens: &[u32],
         which: Logits,
         greedy: bool,
-        mut capture: Option<(&mut Vec<Vec<f32>>, Option<&[usize]>)>,
+        mut capture: Option<Capture>,
         pass: Pass,
     ) -> Result<(Vec<f32>, Vec<i32>)> {
         let n = tokens.len();
@@ -549,7 +556,7 @@ impl Dsv4Gpu {
             }
             for (k, l) in stage.layers.clone().enumerate() {
                 self.layer(st, si, l, &stage.dev[k], n, t0, pass)?;
-                if let Some((c, only)) = capture.as_mut() {
+                if let Some(Capture { out: c, layers: only }) = capture.as_mut() {
                     if only.is_none_or(|o| o.contains(&l)) {
                         c.push(g.download(&st.scratch[si].x, n * self.config.hc_mult * self.config.hidden_size)?);
                     } else {

@@ -12,6 +12,7 @@ use crate::cpu::{Logits, Variant};
 use crate::launch;
 
 impl Dsv4Gpu {
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
         &self,
         st: &mut GpuState,
