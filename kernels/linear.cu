@@ -67,3 +67,79 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
     const int z = blockIdx.z;
     linear_any<1>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
 }
+
+// Decode (one token) with the whole activation row staged once per block:
+// the same per-lane chunk order, f64 fma order and butterfly as
+// block_dot_rows, so the same bits, without a barrier per 32 chunks and with
+// four chunks in flight per lane; each warp takes RPW consecutive rows. x is
+// staged in windows of 32 chunks laid out as block_dot_rows lays one out.
+// grid (ceil(nrows / (4 * RPW)), 1, groups), block 128, dynamic smem
+// ceil(nch / 32) * 32 * (E + 1) floats. Group z: rows row0 + z*nrows ..,
+// inputs x + z*x_group, outputs y + z*nrows (as linear_grouped).
+#define RPW 4
+
+template <int FMT>
+__device__ __forceinline__ double warp_row_dot_staged(const Mat& m, int r, const float* xs) {
+    const int E = Fmt<FMT>::E;
+    const int lane = threadIdx.x & 31;
+    const int nch = m.cols / E;
+    const uint4* rc = (const uint4*)m.data + (size_t)r * nch;
+    const int row_words = 32 * (E + 1);
+    double a = 0.0;
+    float w[E];
+    for (int base = 0; base < nch; base += 4 * 32) {
+        uint4 c[4];
+        #pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int ci = base + u * 32 + lane;
+            c[u] = ci < nch ? rc[ci] : make_uint4(0, 0, 0, 0);
+        }
+        #pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int ci = base + u * 32 + lane;
+            if (ci < nch) {
+                decode_chunk<FMT>(m, r, ci, c[u], w);
+                const float* xr = xs + ((base >> 5) + u) * row_words + lane * (E + 1);
+                #pragma unroll
+                for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
+            }
+        }
+    }
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    return a;
+}
+
+template <int FMT>
+__device__ __forceinline__ void linear_t1_staged_fmt(const Mat& w, const float* x, float* y, int row0, int nrows,
+                                                     float* xs) {
+    const int E = Fmt<FMT>::E;
+    const int nch = w.cols / E, row_words = 32 * (E + 1), nwin = (nch + 31) / 32;
+    for (int i = threadIdx.x; i < nwin * 32 * E; i += blockDim.x) {
+        const int wd = i / (32 * E), e = i % (32 * E), k = wd * 32 * E + e;
+        if (k < w.cols) xs[wd * row_words + e + e / E] = x[k];
+    }
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int k = 0; k < RPW; k++) {
+        const int j = (blockIdx.x * (blockDim.x >> 5) + warp) * RPW + k;
+        if (j >= nrows) break;
+        const double a = warp_row_dot_staged<FMT>(w, row0 + j, xs);
+        if (lane == 0) y[j] = (float)a;
+    }
+}
+
+extern "C" __global__ void linear_t1_staged(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
+                                            int row0, int nrows) {
+    extern __shared__ float xs_dyn[];
+    const int z = blockIdx.z;
+    x += (size_t)z * x_group;
+    y += (size_t)z * nrows;
+    row0 += z * nrows;
+    switch (w.fmt) {
+        case FMT_BF16: linear_t1_staged_fmt<FMT_BF16>(w, x, y, row0, nrows, xs_dyn); break;
+        case FMT_FP8: linear_t1_staged_fmt<FMT_FP8>(w, x, y, row0, nrows, xs_dyn); break;
+        case FMT_FP4: linear_t1_staged_fmt<FMT_FP4>(w, x, y, row0, nrows, xs_dyn); break;
+        default: linear_t1_staged_fmt<FMT_F32>(w, x, y, row0, nrows, xs_dyn); break;
+    }
+}

@@ -27,6 +27,24 @@ pub fn unavailable_reason() -> Option<String> {
     }
 }
 
+/// Rows per warp of `linear_t1_staged` (kernels/linear.cu `RPW`).
+const STAGED_ROWS_PER_WARP: usize = 4;
+
+/// Shared bytes `linear_t1_staged` needs to stage a whole activation row of
+/// `w` (windows of 32 chunks, one padding word per chunk), or None above the
+/// 48 KiB a launch gets without opting in (those use `linear_f32_t1`).
+fn staged_smem(w: &super::weights::DevMat) -> Option<u32> {
+    let per_chunk = match w.arg.fmt {
+        1 => 8,  // BF16
+        2 => 16, // FP8
+        3 => 32, // FP4
+        _ => 4,  // F32
+    };
+    let nch = w.arg.cols as usize / per_chunk;
+    let bytes = nch.div_ceil(32) * 32 * (per_chunk + 1) * 4;
+    (bytes <= 48 << 10).then_some(bytes as u32)
+}
+
 /// A device buffer and its raw address.
 pub struct Buf<T> {
     pub slice: CudaSlice<T>,
@@ -185,6 +203,13 @@ impl Gpu {
         row0: usize,
         nrows: usize,
     ) -> Result<()> {
+        if n == 1 {
+            if let Some(smem) = staged_smem(w) {
+                crate::launch!(self, "linear_t1_staged", Gpu::cfg((nrows.div_ceil(4 * STAGED_ROWS_PER_WARP) as u32, 1, 1), 128, smem);
+                    w.arg, x, 0i32, y, row0 as i32, nrows as i32);
+                return Ok(());
+            }
+        }
         // a tile of one token for decode, eight otherwise; the same sums either way
         let (kernel, tile) = if n == 1 { ("linear_f32_t1", 1) } else { ("linear_f32", 8) };
         crate::launch!(self, kernel, Gpu::cfg((nrows.div_ceil(4) as u32, n.div_ceil(tile) as u32, 1), 128, 0);
@@ -209,6 +234,14 @@ impl Gpu {
         groups: usize,
         rows_per_group: usize,
     ) -> Result<()> {
+        if n == 1 {
+            if let Some(smem) = staged_smem(w) {
+                let grid = (rows_per_group.div_ceil(4 * STAGED_ROWS_PER_WARP) as u32, 1, groups as u32);
+                crate::launch!(self, "linear_t1_staged", Gpu::cfg(grid, 128, smem);
+                    w.arg, x, x_group as i32, y, 0i32, rows_per_group as i32);
+                return Ok(());
+            }
+        }
         let (kernel, tile) = if n == 1 { ("linear_grouped_t1", 1) } else { ("linear_grouped", 8) };
         let grid = (rows_per_group.div_ceil(4) as u32, n.div_ceil(tile) as u32, groups as u32);
         crate::launch!(self, kernel, Gpu::cfg(grid, 128, 0);

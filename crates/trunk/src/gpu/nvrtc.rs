@@ -27,6 +27,7 @@ pub const KERNELS: &[&str] = &[
     "linear_f32_t1",
     "linear_grouped",
     "linear_grouped_t1",
+    "linear_t1_staged",
     "hc_mix_rows",
     "rms_norm_f32",
     "embed_rows",
