@@ -30,6 +30,10 @@ pub fn unavailable_reason() -> Option<String> {
 /// Rows per warp of `linear_t1_staged` (kernels/linear.cu `RPW`).
 const STAGED_ROWS_PER_WARP: usize = 4;
 
+/// `linear_t1_staged` only for tall matrices (the LM head): with 16 rows a
+/// block, shorter ones leave SMs idle (measured on the H200, docs/perf.md).
+const STAGED_MIN_ROWS: usize = 16384;
+
 /// Shared bytes `linear_t1_staged` needs to stage a whole activation row of
 /// `w` (windows of 32 chunks, one padding word per chunk), or None above the
 /// 48 KiB a launch gets without opting in (those use `linear_f32_t1`).
@@ -203,7 +207,7 @@ impl Gpu {
         row0: usize,
         nrows: usize,
     ) -> Result<()> {
-        if n == 1 {
+        if n == 1 && nrows >= STAGED_MIN_ROWS {
             if let Some(smem) = staged_smem(w) {
                 crate::launch!(self, "linear_t1_staged", Gpu::cfg((nrows.div_ceil(4 * STAGED_ROWS_PER_WARP) as u32, 1, 1), 128, smem);
                     w.arg, x, 0i32, y, row0 as i32, nrows as i32);
@@ -234,7 +238,7 @@ impl Gpu {
         groups: usize,
         rows_per_group: usize,
     ) -> Result<()> {
-        if n == 1 {
+        if n == 1 && rows_per_group * groups >= STAGED_MIN_ROWS {
             if let Some(smem) = staged_smem(w) {
                 let grid = (rows_per_group.div_ceil(4 * STAGED_ROWS_PER_WARP) as u32, 1, groups as u32);
                 crate::launch!(self, "linear_t1_staged", Gpu::cfg(grid, 128, smem);
