@@ -18,11 +18,20 @@ impl Dspark {
         let w = &self.w;
         let (d, v, r) = (w.cfg.hidden_size, w.cfg.vocab_size, w.ds.markov_rank);
         let g = w.ds.block_size;
-        let (tokens, collapsed) = self.backbone(anchor)?;
+        let (tokens, collapsed, block_outputs) = self.backbone(anchor)?;
         let mut normed = collapsed.clone();
         rms_norm(&mut normed, d, Some(&w.norm), w.cfg.rms_norm_eps as f32);
         let base = linear(&normed, g, &w.head);
-        let mut cap = Capture { block_tokens: tokens, collapsed, logits_base: base.clone(), ..Default::default() };
+        let (main_hidden, main_x) = self.last_commit();
+        let mut cap = Capture {
+            main_hidden: main_hidden.to_vec(),
+            main_x: main_x.to_vec(),
+            block_outputs,
+            block_tokens: tokens,
+            collapsed,
+            logits_base: base.clone(),
+            ..Default::default()
+        };
         let mut drafts = Vec::with_capacity(g);
         let mut conf = Vec::with_capacity(g);
         let mut prev = anchor;

@@ -120,6 +120,12 @@ impl DsparkWeights {
 /// What a proposal computed, for inspection (`forward_spec` capture).
 #[derive(Clone, Debug, Default)]
 pub struct Capture {
+    /// The last commit's tapped rows (`[n, taps x hidden]`) and their
+    /// `main_x` (`[n, hidden]`, after `main_proj` and `main_norm`).
+    pub main_hidden: Vec<f32>,
+    pub main_x: Vec<f32>,
+    /// Per stage: the residual streams after the stage `[block, hc, hidden]`.
+    pub block_outputs: Vec<Vec<f32>>,
     pub block_tokens: Vec<u32>,
     /// Per slot: the collapsed pre-norm hidden `[block, hidden]`.
     pub collapsed: Vec<f32>,
@@ -137,13 +143,15 @@ pub struct Dspark {
     pub moe: MoeArm,
     pub state: HostState,
     rope: Rope,
+    /// The last commit's taps and `main_x`, for `forward_spec`'s capture.
+    last_commit: (Vec<f32>, Vec<f32>),
 }
 
 impl Dspark {
     pub fn new(w: Arc<DsparkWeights>, variant: Variant, capacity: usize) -> Dspark {
         let rope = Rope::main(&w.cfg);
         let state = HostState::new(Arc::new(w.layout(0)), capacity);
-        Dspark { w, variant, moe: MoeArm::Fused, state, rope }
+        Dspark { w, variant, moe: MoeArm::Fused, state, rope, last_commit: Default::default() }
     }
 
     /// Taps per committed row: `target_layer_ids.len() * hidden` floats.
@@ -194,12 +202,19 @@ impl Dspark {
             }
         }
         self.state.set_positions(pos0 + n);
+        self.last_commit = (taps.to_vec(), main_x);
         Ok(())
     }
 
-    /// Run the block after `anchor` through the stages: per slot, the
-    /// pre-norm collapsed hidden `[block, hidden]`.
-    pub fn backbone(&self, anchor: u32) -> Result<(Vec<u32>, Vec<f32>)> {
+    /// The last commit's taps and `main_x` (empty before the first commit).
+    pub fn last_commit(&self) -> (&[f32], &[f32]) {
+        (&self.last_commit.0, &self.last_commit.1)
+    }
+
+    /// Run the block after `anchor` through the stages: the block's tokens,
+    /// per slot the pre-norm collapsed hidden `[block, hidden]`, and each
+    /// stage's output streams `[block, hc, hidden]`.
+    pub fn backbone(&self, anchor: u32) -> Result<(Vec<u32>, Vec<f32>, Vec<Vec<f32>>)> {
         let cfg = &self.w.cfg;
         let (d, hc, nh, hd) = (cfg.hidden_size, cfg.hc_mult, cfg.num_attention_heads, cfg.head_dim);
         let g = self.w.ds.block_size;
@@ -217,6 +232,7 @@ impl Dspark {
             }
         }
         let win = cfg.sliding_window.min(p0);
+        let mut outputs = Vec::with_capacity(self.w.stages.len());
         for (s, st) in self.w.stages.iter().enumerate() {
             let mixes: Vec<_> = (0..g)
                 .map(|i| hc_pre(&st.hc_attn, &x[i * hc * d..(i + 1) * hc * d], hc, cfg.hc_sinkhorn_iters, hc_eps, eps))
@@ -251,9 +267,10 @@ impl Dspark {
             for i in 0..g {
                 hc_post(&mixes[i], &m[i * d..(i + 1) * d], &mut x[i * hc * d..(i + 1) * hc * d], d);
             }
+            outputs.push(x.clone());
         }
         let collapsed: Vec<f32> =
             (0..g).flat_map(|i| hc_head(&self.w.hc_head, &x[i * hc * d..(i + 1) * hc * d], d, hc_eps, eps)).collect();
-        Ok((tokens, collapsed))
+        Ok((tokens, collapsed, outputs))
     }
 }

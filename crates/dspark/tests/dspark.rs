@@ -90,6 +90,27 @@ fn heads_agree_with_their_capture() {
     }
     // the Markov bias changes the logits (it is not a zero head)
     assert!(cap.logits_markov.iter().zip(&cap.logits_base).any(|(a, b)| a != b));
+    // the last commit's taps and main_x; each stage's output, the last one collapsing to `collapsed`
+    let (d, hc) = (w.cfg.hidden_size, w.cfg.hc_mult);
+    assert_eq!(cap.main_hidden, taps);
+    assert_eq!(cap.main_x.len(), tokens.len() * d);
+    let mut mx = trunk::cpu::ops::linear::linear(&taps, tokens.len(), &w.main_proj);
+    trunk::cpu::ops::norm::rms_norm(&mut mx, d, Some(&w.main_norm), w.cfg.rms_norm_eps as f32);
+    assert_eq!(cap.main_x, mx);
+    assert_eq!(cap.block_outputs.len(), w.stages.len());
+    assert!(cap.block_outputs.iter().all(|o| o.len() == g * hc * d));
+    assert_ne!(cap.block_outputs[0], cap.block_outputs[1], "each stage changes the streams");
+    let last = cap.block_outputs.last().unwrap();
+    for k in 0..g {
+        let c = trunk::cpu::ops::hc::hc_head(
+            &w.hc_head,
+            &last[k * hc * d..(k + 1) * hc * d],
+            d,
+            w.cfg.hc_eps as f32,
+            w.cfg.rms_norm_eps as f32,
+        );
+        assert_eq!(&cap.collapsed[k * d..(k + 1) * d], &c[..]);
+    }
 }
 
 #[test]
@@ -110,6 +131,10 @@ fn moe_arms_give_identical_proposals_and_captures() {
         assert_eq!(bits(&c1), bits(&c2), "{variant}: confidences");
         assert_eq!(bits(&k1.collapsed), bits(&k2.collapsed), "{variant}: collapsed hidden");
         assert_eq!(bits(&k1.logits_markov), bits(&k2.logits_markov), "{variant}: logits");
+        assert_eq!(bits(&k1.main_x), bits(&k2.main_x), "{variant}: main_x");
+        for (s, (a, b)) in k1.block_outputs.iter().zip(&k2.block_outputs).enumerate() {
+            assert_eq!(bits(a), bits(b), "{variant}: stage {s} output");
+        }
     }
     // the variants differ, so the bitwise comparisons above can fail
     assert_ne!(
