@@ -18,7 +18,7 @@ impl Dspark {
         let w = &self.w;
         let (d, v, r) = (w.cfg.hidden_size, w.cfg.vocab_size, w.ds.markov_rank);
         let g = w.ds.block_size;
-        let (tokens, collapsed, block_outputs) = self.backbone(anchor)?;
+        let crate::model::Backbone { tokens, collapsed, outputs: block_outputs } = self.backbone(anchor)?;
         let mut normed = collapsed.clone();
         rms_norm(&mut normed, d, Some(&w.norm), w.cfg.rms_norm_eps as f32);
         let base = linear(&normed, g, &w.head);

@@ -136,6 +136,16 @@ pub struct Capture {
     pub markov_embed: Vec<f32>,
 }
 
+/// What the stages computed for one block.
+pub struct Backbone {
+    /// `[anchor, noise, ...]`
+    pub tokens: Vec<u32>,
+    /// Per slot, the pre-norm collapsed hidden `[block, hidden]`.
+    pub collapsed: Vec<f32>,
+    /// Each stage's output streams `[block, hc, hidden]`.
+    pub outputs: Vec<Vec<f32>>,
+}
+
 pub struct Dspark {
     pub w: Arc<DsparkWeights>,
     pub variant: Variant,
@@ -211,10 +221,8 @@ impl Dspark {
         (&self.last_commit.0, &self.last_commit.1)
     }
 
-    /// Run the block after `anchor` through the stages: the block's tokens,
-    /// per slot the pre-norm collapsed hidden `[block, hidden]`, and each
-    /// stage's output streams `[block, hc, hidden]`.
-    pub fn backbone(&self, anchor: u32) -> Result<(Vec<u32>, Vec<f32>, Vec<Vec<f32>>)> {
+    /// Run the block after `anchor` through the stages.
+    pub fn backbone(&self, anchor: u32) -> Result<Backbone> {
         let cfg = &self.w.cfg;
         let (d, hc, nh, hd) = (cfg.hidden_size, cfg.hc_mult, cfg.num_attention_heads, cfg.head_dim);
         let g = self.w.ds.block_size;
@@ -271,6 +279,6 @@ impl Dspark {
         }
         let collapsed: Vec<f32> =
             (0..g).flat_map(|i| hc_head(&self.w.hc_head, &x[i * hc * d..(i + 1) * hc * d], d, hc_eps, eps)).collect();
-        Ok((tokens, collapsed, outputs))
+        Ok(Backbone { tokens, collapsed, outputs })
     }
 }
