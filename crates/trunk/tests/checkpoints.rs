@@ -280,11 +280,14 @@ fn synth_addresses() {
     let sq = open_model(Path::new("synth:tiny,seed=3,shared-quantized"), ExpertArm::Native).unwrap();
     assert_ne!(sq.sha256, m.sha256);
     assert!(logits_of(sq.weights.clone(), Variant::Exact).iter().all(|v| v.is_finite()));
-    let ds = open_model(Path::new("synth:tiny,dspark,layers=4"), ExpertArm::Native).unwrap();
+    let ds = open_model(Path::new("synth:tiny,dspark"), ExpertArm::Native).unwrap();
     assert!(ds.config().dspark.is_some());
-    for (addr, want) in
-        [("synth:tiny,seed=x", "seed `x`"), ("synth:tiny,color=red", "unknown part"), ("synth:huge", "unknown preset")]
-    {
+    for (addr, want) in [
+        ("synth:tiny,seed=x", "seed `x`"),
+        ("synth:tiny,color=red", "unknown part"),
+        ("synth:huge", "unknown preset"),
+        ("synth:small,layers=43", "fixed depth"),
+    ] {
         let e = match open_model(Path::new(addr), ExpertArm::Native) {
             Ok(_) => panic!("{addr} opened"),
             Err(e) => format!("{e:#}"),

@@ -25,6 +25,9 @@ pub enum Preset {
 
 impl Preset {
     pub fn parse(name: &str, layers: Option<usize>) -> Result<Self> {
+        if layers.is_some() && !matches!(name, "flash-shape" | "flash") {
+            bail!("preset `{name}` has a fixed depth; a layer count applies to flash-shape only");
+        }
         Ok(match name {
             "tiny" => Preset::Tiny,
             "small" => Preset::Small,
