@@ -12,7 +12,7 @@
 //! `sigmoid(w . [x_k ; W1[prev_k]])` run on the host with the CPU
 //! reference's own functions. Every kernel computes what its CPU twin
 //! does, in the same order, so proposals match the CPU reference bit for
-//! bit (checked by `memra gate dspark`).
+//! bit (checked by `memra gate drafters`).
 
 use std::sync::Arc;
 

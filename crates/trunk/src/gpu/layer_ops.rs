@@ -31,6 +31,10 @@ impl Dsv4Gpu {
         let (d, nh, hd, rd) = (c.hidden_size, c.num_attention_heads, c.head_dim, c.rope_dim);
         let npairs = (rd / 2) as i32;
         let kind = c.layer_types[l];
+        if pass == Pass::Block && kind != AttnKind::Window {
+            // before any launch: a block pass must not touch the compressed classes
+            anyhow::bail!("a block pass runs window layers only (layer {l} is {kind:?})");
+        }
         let rope = if kind == AttnKind::Window { rope_main } else { rope_compress };
         let shift = matches!(self.opts.fault, Some(Fault::ShiftRope { layer }) if layer == l);
         let pos0 = (t0 + shift as usize) as i32;
@@ -113,9 +117,6 @@ impl Dsv4Gpu {
         }
 
         if pass == Pass::Block {
-            if kind != AttnKind::Window {
-                anyhow::bail!("a block pass runs window layers only (layer {l} is {kind:?})");
-            }
             (mode, topk, max_ent) = (3, n as i32, n);
         }
         self.mark(si, "attn.core")?;
