@@ -59,33 +59,39 @@ impl<A: StateStore, B: StateStore> StateStore for Joint<A, B> {
         self.second.set_positions(positions);
     }
     fn written(&self, class: usize) -> u64 {
-        match class.checked_sub(self.split) {
-            None => self.first.written(class),
-            Some(i) => self.second.written(i),
-        }
+        let (part, c) = self.part(class);
+        part.written(c)
     }
     fn read_live(&self, class: usize, out: &mut [u8]) -> Result<(), StateError> {
-        match class.checked_sub(self.split) {
-            None => self.first.read_live(class, out),
-            Some(i) => self.second.read_live(i, out),
-        }
+        let (part, c) = self.part(class);
+        part.read_live(c, out)
     }
     fn write_live(&mut self, class: usize, written: u64, rows: &[u8]) -> Result<(), StateError> {
-        match class.checked_sub(self.split) {
-            None => self.first.write_live(class, written, rows),
-            Some(i) => self.second.write_live(i, written, rows),
-        }
+        let (part, c) = self.part_mut(class);
+        part.write_live(c, written, rows)
     }
     fn truncate(&mut self, class: usize, written: u64) -> Result<(), StateError> {
-        match class.checked_sub(self.split) {
-            None => self.first.truncate(class, written),
-            Some(i) => self.second.truncate(i, written),
-        }
+        let (part, c) = self.part_mut(class);
+        part.truncate(c, written)
     }
     fn rows(&self, class: usize) -> usize {
+        let (part, c) = self.part(class);
+        part.rows(c)
+    }
+}
+
+impl<A: StateStore, B: StateStore> Joint<A, B> {
+    /// The part that holds joint class `class`, and its index there.
+    fn part(&self, class: usize) -> (&dyn StateStore, usize) {
         match class.checked_sub(self.split) {
-            None => self.first.rows(class),
-            Some(i) => self.second.rows(i),
+            None => (&self.first, class),
+            Some(i) => (&self.second, i),
+        }
+    }
+    fn part_mut(&mut self, class: usize) -> (&mut dyn StateStore, usize) {
+        match class.checked_sub(self.split) {
+            None => (&mut self.first, class),
+            Some(i) => (&mut self.second, i),
         }
     }
 }
