@@ -62,17 +62,26 @@ fn timed(ctx: &Arc<CudaContext>, stream: &Arc<CudaStream>, mut f: impl FnMut() -
     Ok(a.elapsed_ms(&b).map_err(|e| anyhow!("{e}"))? as f64)
 }
 
+/// Median milliseconds of `f` over `reps` timed calls that follow two
+/// warm-up calls.
+fn median_after_warmup(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    reps: usize,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f64> {
+    let times = (0..reps + 2).map(|_| timed(ctx, stream, &mut f)).collect::<Result<Vec<f64>>>()?;
+    Ok(median_p(times[2..].to_vec()).0)
+}
+
 /// Bytes read + written per second by a 2 GiB device-to-device copy.
 fn copy_rate(ctx: &Arc<CudaContext>) -> Result<f64> {
     let stream = ctx.new_stream().map_err(|e| anyhow!("{e}"))?;
     let n: usize = 1 << 31; // 2 GiB each way
     let src = stream.alloc_zeros::<u8>(n).map_err(|e| anyhow!("{e}"))?;
     let mut dst = stream.alloc_zeros::<u8>(n).map_err(|e| anyhow!("{e}"))?;
-    let mut times = Vec::new();
-    for _ in 0..12 {
-        times.push(timed(ctx, &stream, || stream.memcpy_dtod(&src, &mut dst).map_err(|e| anyhow!("{e}")))?);
-    }
-    let copy_ms = median_p(times[2..].to_vec()).0;
+    let copy_ms =
+        median_after_warmup(ctx, &stream, 10, || stream.memcpy_dtod(&src, &mut dst).map_err(|e| anyhow!("{e}")))?;
     Ok(2.0 * n as f64 / (copy_ms * 1e-3) / 1e9)
 }
 
@@ -102,12 +111,10 @@ pub fn ceilings(gpu: &Dsv4Gpu) -> Result<Ceilings> {
         beta: half::bf16::ZERO,
         ldc: m as i32,
     };
-    let mut times = Vec::new();
-    for _ in 0..12 {
-        // SAFETY: all three buffers hold m*m bf16.
-        times.push(timed(&ctx, &stream, || unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| anyhow!("{e}")))?);
-    }
-    let gemm_ms = median_p(times[2..].to_vec()).0;
+    // SAFETY: all three buffers hold m*m bf16.
+    let gemm_ms = median_after_warmup(&ctx, &stream, 10, || {
+        unsafe { blas.gemm(cfg, &a, &b, &mut c) }.map_err(|e| anyhow!("{e}"))
+    })?;
     Ok(Ceilings {
         copy_gbps: copy_gbps_by_stage[0],
         copy_gbps_by_stage,
@@ -133,25 +140,14 @@ pub fn boundary_cost(gpu: &Dsv4Gpu, tokens: usize) -> Result<Vec<f64>> {
             use cudarc::driver::DevicePtr;
             (src.device_ptr(&s0).0, dst.device_ptr(&s1).0)
         };
-        let mut times = Vec::new();
-        for _ in 0..22 {
-            times.push(timed(&w[1], &s1, || {
-                w[1].bind_to_thread().map_err(|e| anyhow!("{e}"))?;
-                // SAFETY: both buffers hold `bytes`; the copy is ordered on s1 and timed there.
-                unsafe {
-                    cudarc::driver::result::memcpy_peer_async(
-                        w[1].cu_ctx(),
-                        dp,
-                        w[0].cu_ctx(),
-                        sp,
-                        bytes,
-                        s1.cu_stream(),
-                    )
-                }
-                .map_err(|e| anyhow!("{e}"))
-            })?);
-        }
-        out.push(median_p(times[2..].to_vec()).0);
+        out.push(median_after_warmup(&w[1], &s1, 20, || {
+            w[1].bind_to_thread().map_err(|e| anyhow!("{e}"))?;
+            // SAFETY: both buffers hold `bytes`; the copy is ordered on s1 and timed there.
+            unsafe {
+                cudarc::driver::result::memcpy_peer_async(w[1].cu_ctx(), dp, w[0].cu_ctx(), sp, bytes, s1.cu_stream())
+            }
+            .map_err(|e| anyhow!("{e}"))
+        })?);
     }
     Ok(out)
 }
@@ -280,26 +276,46 @@ pub fn decode_case(gpu: &Dsv4Gpu, ceil: &Ceilings, ctx: usize, steps: usize) -> 
     }
     let breakdown: Vec<(String, f64)> = gpu.profile.take()?.into_iter().map(|(l, ms)| (l, ms / 3.0)).collect();
     gpu.profile.set(false);
-    let (med, p10, p90) = median_p(times);
     let (_, macs, _, attn) = token_cost(&gpu.weights, ctx + 3);
     let (bound_secs, bytes) = copy_bound(gpu, ceil, ctx + 3);
     let flops = 2.0 * macs + attn;
-    let secs = med * 1e-3;
-    Ok(Case {
-        name: format!("decode b1 ctx {ctx}"),
-        tokens: 1,
-        context: ctx,
-        median_ms: med,
-        p10_ms: p10,
-        p90_ms: p90,
-        bytes,
-        flops,
-        gbps: bytes / secs / 1e9,
-        tflops: flops / secs / 1e12,
-        fraction_of_copy: bound_secs / secs,
-        fraction_of_matrix: flops / secs / 1e12 / ceil.bf16_tflops,
-        breakdown_ms: breakdown,
-    })
+    let c = Case::of(format!("decode b1 ctx {ctx}"), 1, ctx, times, bytes, flops, bound_secs, ceil);
+    Ok(Case { breakdown_ms: breakdown, ..c })
+}
+
+impl Case {
+    /// A case from its step times (ms; median, p10, p90 taken), the bytes and
+    /// FLOPs it must move and do, and the seconds those bytes take at the
+    /// copy ceiling; no breakdown.
+    #[allow(clippy::too_many_arguments)]
+    fn of(
+        name: String,
+        tokens: usize,
+        context: usize,
+        times_ms: Vec<f64>,
+        bytes: f64,
+        flops: f64,
+        copy_bound_secs: f64,
+        ceil: &Ceilings,
+    ) -> Case {
+        let (median_ms, p10_ms, p90_ms) = median_p(times_ms);
+        let secs = median_ms * 1e-3;
+        Case {
+            name,
+            tokens,
+            context,
+            median_ms,
+            p10_ms,
+            p90_ms,
+            bytes,
+            flops,
+            gbps: bytes / secs / 1e9,
+            tflops: flops / secs / 1e12,
+            fraction_of_copy: copy_bound_secs / secs,
+            fraction_of_matrix: flops / secs / 1e12 / ceil.bf16_tflops,
+            breakdown_ms: Vec::new(),
+        }
+    }
 }
 
 /// Prefill of `n` tokens from an empty state in one chunk.
@@ -320,7 +336,6 @@ pub fn prefill_case(gpu: &Dsv4Gpu, ceil: &Ceilings, n: usize, reps: usize) -> Re
             times.push(timed(&ctx_, &stream, || gpu.prefill_with_cache(&mut st, &tokens, Logits::Last).map(|_| ()))?);
         }
     }
-    let (med, p10, p90) = median_p(times);
     let (wb, macs, _, _) = token_cost(&gpu.weights, 0);
     let mut attn = 0.0;
     let mut cache = 0.0;
@@ -331,20 +346,8 @@ pub fn prefill_case(gpu: &Dsv4Gpu, ceil: &Ceilings, n: usize, reps: usize) -> Re
     }
     let flops = 2.0 * macs * n as f64 + attn;
     let bytes = wb + cache;
-    let secs = med * 1e-3;
-    Ok(Case {
-        name: format!("prefill {n}"),
-        tokens: n,
-        context: 0,
-        median_ms: med,
-        p10_ms: p10,
-        p90_ms: p90,
-        bytes,
-        flops,
-        gbps: bytes / secs / 1e9,
-        tflops: flops / secs / 1e12,
-        fraction_of_copy: bytes / secs / 1e9 / ceil.copy_gbps,
-        fraction_of_matrix: flops / secs / 1e12 / ceil.bf16_tflops,
-        breakdown_ms: breakdown,
-    })
+    // at the first device's copy rate (the split-aware bound is decode's)
+    let bound_secs = bytes / (ceil.copy_gbps * 1e9);
+    let c = Case::of(format!("prefill {n}"), n, 0, times, bytes, flops, bound_secs, ceil);
+    Ok(Case { breakdown_ms: breakdown, ..c })
 }

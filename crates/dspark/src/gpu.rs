@@ -9,8 +9,8 @@
 //! block pass (`forward_block`: ring + whole block, bidirectional) that
 //! returns the collapsed rows and base logits. The Markov bias `W2 . W1[prev]`
 //! runs on the device per slot; the sum, the greedy pick and the confidence
-//! `sigmoid(w . [x_k ; W1[prev_k]])` run on the host with the CPU
-//! reference's own functions. Every kernel computes what its CPU twin
+//! `sigmoid(w . [x_k ; W1[prev_k]])` run on the host in the heads the CPU
+//! reference uses (`markov::markov_heads`). Every kernel computes what its CPU twin
 //! does, in the same order, so proposals match the CPU reference bit for
 //! bit (checked by `memra gate drafters`).
 
@@ -19,14 +19,13 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 
 use trunk::config::{AttnKind, MlpKind};
-use trunk::cpu::ops::linear::dot;
 use trunk::cpu::Variant;
-use trunk::generate::argmax;
 use trunk::gpu::device::Buf;
 use trunk::gpu::weights::DevMat;
 use trunk::gpu::{Dsv4Gpu, GpuOptions, GpuState, MoeArm};
 use trunk::weights::Dsv4Weights;
 
+use crate::markov::markov_heads;
 use crate::model::DsparkWeights;
 
 pub struct DsparkGpu {
@@ -137,31 +136,17 @@ impl DsparkGpu {
     /// As `Dspark::forward_spec` (without the capture): the block's greedy
     /// drafts after `anchor` and their confidences.
     pub fn forward_spec(&mut self, anchor: u32) -> Result<(Vec<u32>, Vec<f32>)> {
-        let (d, v, r) = (self.w.cfg.hidden_size, self.w.cfg.vocab_size, self.w.ds.markov_rank);
         let g = self.w.ds.block_size;
         let mut tokens = vec![self.w.ds.noise_token_id; g];
         tokens[0] = anchor;
         let (collapsed, base) = self.stack.forward_block(&mut self.state, &tokens)?;
-        let mut drafts = Vec::with_capacity(g);
-        let mut conf = Vec::with_capacity(g);
-        let mut prev = anchor;
-        let mut e = vec![0.0f32; r];
-        let mut joint = vec![0.0f32; d + r];
-        for k in 0..g {
-            self.w.markov_w1.decode_row(prev as usize, &mut e);
-            let gpu = self.stack.stage_gpu(0).clone();
-            gpu.write(&mut self.e, &e)?;
-            gpu.lin(&self.markov_w2, self.e.ptr, self.bias.ptr, 1)?;
-            let bias = gpu.download(&self.bias, v)?;
-            let logits: Vec<f32> = (0..v).map(|t| base[k * v + t] + bias[t]).collect();
-            let pick = argmax(&logits);
-            joint[..d].copy_from_slice(&collapsed[k * d..(k + 1) * d]);
-            joint[d..].copy_from_slice(&e);
-            let z = dot(&self.w.confidence, &joint);
-            conf.push((1.0 / (1.0 + (-z).exp())) as f32);
-            drafts.push(pick);
-            prev = pick;
-        }
-        Ok((drafts, conf))
+        let gpu = self.stack.stage_gpu(0).clone();
+        let (e_buf, bias_buf, w2, v) = (&mut self.e, &self.bias, &self.markov_w2, self.w.cfg.vocab_size);
+        let heads = markov_heads(&self.w, anchor, &collapsed, &base, |e| {
+            gpu.write(e_buf, e)?;
+            gpu.lin(w2, e_buf.ptr, bias_buf.ptr, 1)?;
+            gpu.download(bias_buf, v)
+        })?;
+        Ok((heads.drafts, heads.conf))
     }
 }

@@ -185,18 +185,8 @@ impl DeviceState {
                     got: out.len(),
                 });
             }
-            c.bind(&spec.name)?;
-            let mut o = 0;
-            for (slot, rows) in self.live_runs(i, c.written) {
-                let n = rows * rb;
-                // SAFETY: device range inside the class buffer; host range inside `out`,
-                // which outlives the synchronization below.
-                unsafe {
-                    result::memcpy_dtoh_async(&mut out[o..o + n], c.ptr + (slot * rb) as u64, c.stream.cu_stream())
-                }
-                .map_err(|e| dev_err(&format!("copying class `{}` to the host", spec.name), e))?;
-                o += n;
-            }
+            // SAFETY: `out` (in `snap`) outlives the synchronization below.
+            unsafe { self.queue_to_host(i, c.written, out)? };
         }
         snap.positions = self.positions;
         self.sync_streams()
@@ -206,27 +196,56 @@ impl DeviceState {
     /// per stream. Checked first: on error nothing is written.
     pub fn restore_bulk<B: HostBytes>(&mut self, snap: &Snapshot<B>) -> Result<(), StateError> {
         crate::snapshot::check_restorable(snap, self)?;
-        for (i, spec) in self.layout.classes.clone().iter().enumerate() {
-            let written = snap.classes[i].written;
-            let rb = spec.row_bytes();
-            let runs = self.live_runs(i, written);
-            let c = &self.classes[i];
-            let src = snap.classes[i].bytes.as_ref();
-            c.bind(&spec.name)?;
-            let mut o = 0;
-            for (slot, rows) in runs {
-                let n = rows * rb;
-                // SAFETY: as in read_into; `snap` outlives the synchronization.
-                unsafe { result::memcpy_htod_async(c.ptr + (slot * rb) as u64, &src[o..o + n], c.stream.cu_stream()) }
-                    .map_err(|e| dev_err(&format!("copying class `{}` to the device", spec.name), e))?;
-                o += n;
-            }
+        for i in 0..self.classes.len() {
+            // SAFETY: `snap` outlives the synchronization below.
+            unsafe { self.queue_from_host(i, snap.classes[i].written, snap.classes[i].bytes.as_ref())? };
         }
         self.sync_streams()?;
         for (i, c) in snap.classes.iter().enumerate() {
             self.classes[i].written = c.written;
         }
         self.positions = snap.positions;
+        Ok(())
+    }
+
+    /// Queue, on class `class`'s stream with its context current, the
+    /// copies of its live rows as of `written` into `out` (oldest first).
+    ///
+    /// # Safety
+    /// `out` must hold exactly those rows and stay alive, untouched, until
+    /// the stream is synchronized.
+    unsafe fn queue_to_host(&self, class: usize, written: u64, out: &mut [u8]) -> Result<(), StateError> {
+        let (spec, c) = (&self.layout.classes[class], &self.classes[class]);
+        let rb = spec.row_bytes();
+        c.bind(&spec.name)?;
+        let mut o = 0;
+        for (slot, rows) in self.live_runs(class, written) {
+            let n = rows * rb;
+            // SAFETY: the device range lies inside the class buffer; the caller keeps `out` alive.
+            unsafe { result::memcpy_dtoh_async(&mut out[o..o + n], c.ptr + (slot * rb) as u64, c.stream.cu_stream()) }
+                .map_err(|e| dev_err(&format!("copying class `{}` to the host", spec.name), e))?;
+            o += n;
+        }
+        Ok(())
+    }
+
+    /// Queue the copies of `src` (the live rows as of `written`, oldest
+    /// first) into class `class`'s slots, as `queue_to_host` in reverse.
+    ///
+    /// # Safety
+    /// `src` must stay alive, unchanged, until the stream is synchronized.
+    unsafe fn queue_from_host(&self, class: usize, written: u64, src: &[u8]) -> Result<(), StateError> {
+        let (spec, c) = (&self.layout.classes[class], &self.classes[class]);
+        let rb = spec.row_bytes();
+        c.bind(&spec.name)?;
+        let mut o = 0;
+        for (slot, rows) in self.live_runs(class, written) {
+            let n = rows * rb;
+            // SAFETY: the device range lies inside the class buffer; the caller keeps `src` alive.
+            unsafe { result::memcpy_htod_async(c.ptr + (slot * rb) as u64, &src[o..o + n], c.stream.cu_stream()) }
+                .map_err(|e| dev_err(&format!("copying class `{}` to the device", spec.name), e))?;
+            o += n;
+        }
         Ok(())
     }
 
@@ -272,15 +291,8 @@ impl StateStore for DeviceState {
         if out.len() != live * rb {
             return Err(StateError::Size { class: spec.name.clone(), expected: live * rb, got: out.len() });
         }
-        c.bind(&spec.name)?;
-        let mut o = 0;
-        for (slot, rows) in self.live_runs(class, c.written) {
-            let n = rows * rb;
-            // SAFETY: the device range lies inside the class buffer; `out` has room.
-            unsafe { result::memcpy_dtoh_async(&mut out[o..o + n], c.ptr + (slot * rb) as u64, c.stream.cu_stream()) }
-                .map_err(|e| dev_err(&format!("copying class `{}` to the host", spec.name), e))?;
-            o += n;
-        }
+        // SAFETY: `out` outlives the synchronization below.
+        unsafe { self.queue_to_host(class, c.written, out)? };
         c.stream.synchronize().map_err(|e| dev_err("synchronizing", e))
     }
 
@@ -295,17 +307,9 @@ impl StateStore for DeviceState {
         if rows.len() != live * rb {
             return Err(StateError::Size { class: spec.name.clone(), expected: live * rb, got: rows.len() });
         }
-        let runs = self.live_runs(class, written);
+        // SAFETY: `rows` outlives the synchronization below.
+        unsafe { self.queue_from_host(class, written, rows)? };
         let c = &mut self.classes[class];
-        c.bind(&spec.name)?;
-        let mut o = 0;
-        for (slot, n_rows) in runs {
-            let n = n_rows * rb;
-            // SAFETY: as in read_live; the host bytes outlive the synchronize below.
-            unsafe { result::memcpy_htod_async(c.ptr + (slot * rb) as u64, &rows[o..o + n], c.stream.cu_stream()) }
-                .map_err(|e| dev_err(&format!("copying class `{}` to the device", spec.name), e))?;
-            o += n;
-        }
         c.stream.synchronize().map_err(|e| dev_err("synchronizing", e))?;
         c.written = written;
         Ok(())

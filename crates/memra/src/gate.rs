@@ -24,7 +24,7 @@ memra gate compare <model> [--tokens FILE | --prompt-len N] [--devices D] [--var
 memra gate host-cache <model> <tokens.json> [--devices D] [--variant V] [--backend gpu|cpu] [--out-dir DIR]
                 [--drafter LIB.so [--drafter-options JSON|@FILE]]
 memra gate drafters <model> --drafter LIB.so [--reference JSON] [--candidate JSON] [--steps N]
-                [--prompt-len N] [--backend gpu|cpu] [--devices D] [--variant V] [--out FILE]
+                [--tokens FILE | --prompt-len N] [--backend gpu|cpu] [--devices D] [--variant V] [--out FILE]
 
 tf: the teacher-forced gate. Feeds the banked tokens to the GPU, compares the
 argmax at every position with the bank, classifies disagreements (in band,
@@ -54,11 +54,13 @@ pub fn parse_devices(s: Option<&str>) -> Result<Vec<usize>> {
         .collect()
 }
 
-fn tokens_arg(a: &Args, vocab: usize) -> Result<Vec<u32>> {
+/// `--tokens FILE`, or a seeded random prompt of `--prompt-len` ids
+/// (`default_len` without it).
+fn tokens_arg(a: &Args, vocab: usize, default_len: usize) -> Result<Vec<u32>> {
     match (a.path("tokens"), a.parsed::<usize>("prompt-len")?) {
         (Some(_), Some(_)) => bail!("give --tokens or --prompt-len, not both"),
         (Some(f), None) => read_tokens_file(&f),
-        (None, n) => Ok(random_prompt(n.unwrap_or(160), a.parsed_or("seed", 0)?, 2, vocab as u32)),
+        (None, n) => Ok(random_prompt(n.unwrap_or(default_len), a.parsed_or("seed", 0)?, 2, vocab as u32)),
     }
 }
 
@@ -162,7 +164,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
         "chunks" => {
             let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
             let mut gpu = load_gpu(&a, &model, variant)?;
-            let tokens = tokens_arg(&a, model.config().vocab_size)?;
+            let tokens = tokens_arg(&a, model.config().vocab_size, 160)?;
             let widths: Vec<usize> = a
                 .get("widths")
                 .unwrap_or("1,7,32,64")
@@ -194,7 +196,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
         "compare" => {
             let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
             let gpu = load_gpu(&a, &model, variant)?;
-            let tokens = tokens_arg(&a, model.config().vocab_size)?;
+            let tokens = tokens_arg(&a, model.config().vocab_size, 160)?;
             let cpu = CpuOracle::new(model.weights.clone(), variant);
             let rep = compare(&cpu, &gpu, &tokens)?;
             if let Some(o) = a.path("out") {
@@ -291,12 +293,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
             let plugin = trunk::drafter::DrafterPlugin::load(&a.path("drafter").context("missing --drafter LIB")?)?;
             let reference = a.get("reference").unwrap_or(r#"{"realization":"cpu"}"#).to_string();
             let candidate = a.get("candidate").unwrap_or(r#"{"realization":"gpu"}"#).to_string();
-            let prompt = random_prompt(
-                a.parsed_or("prompt-len", 64)?,
-                a.parsed_or("seed", 0)?,
-                2,
-                model.config().vocab_size as u32,
-            );
+            let prompt = tokens_arg(&a, model.config().vocab_size, 64)?;
             let steps: usize = a.parsed_or("steps", 32)?;
             let gpu = match a.get("backend").unwrap_or("gpu") {
                 "gpu" => Some(load_gpu(&a, &model, variant)?),

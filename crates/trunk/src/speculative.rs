@@ -72,16 +72,15 @@ impl Target for CpuOracle {
         }
     }
     fn rewind(&self, st: &mut Self::State, positions: usize) -> Result<()> {
-        let slack = slack_of(st, &self.weights.config);
-        crate::state::Dsv4StateLayout::new(&self.weights.config, slack)
-            .rewind(&self.weights.config, st, positions)
-            .map_err(|e| anyhow::anyhow!("{e}"))
+        rewind_dsv4(&self.weights.config, st, positions)
     }
 }
 
-/// The ring slack a DSV4 state was allocated with (window rows beyond the window).
-fn slack_of(st: &dyn StateStore, cfg: &crate::Dsv4Config) -> usize {
-    st.rows(0) - cfg.sliding_window
+/// Rewind a DSV4 state (of either realization) to `positions`, with the
+/// layout its ring slack (window rows beyond the window) implies.
+fn rewind_dsv4(cfg: &crate::Dsv4Config, st: &mut dyn StateStore, positions: usize) -> Result<()> {
+    let slack = st.rows(0) - cfg.sliding_window;
+    crate::state::Dsv4StateLayout::new(cfg, slack).rewind(cfg, st, positions).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 impl Target for crate::gpu::Dsv4Gpu {
@@ -111,10 +110,7 @@ impl Target for crate::gpu::Dsv4Gpu {
         Ok((l, taps))
     }
     fn rewind(&self, st: &mut Self::State, positions: usize) -> Result<()> {
-        let slack = slack_of(st, &self.config);
-        crate::state::Dsv4StateLayout::new(&self.config, slack)
-            .rewind(&self.config, st, positions)
-            .map_err(|e| anyhow::anyhow!("{e}"))
+        rewind_dsv4(&self.config, st, positions)
     }
 }
 
