@@ -193,16 +193,166 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
     }
 }
 
-// One token's dot with row r, whatever the format (block-cooperative).
-__device__ __forceinline__ double block_dot_row(const Mat& m, int r, bool active, const float* x, float* xs) {
-    double a[1];
-    switch (m.fmt) {
-        case FMT_BF16: block_dot_rows<FMT_BF16, 1>(m, r, active, x, 0, 1, a, xs); break;
-        case FMT_FP8: block_dot_rows<FMT_FP8, 1>(m, r, active, x, 0, 1, a, xs); break;
-        case FMT_FP4: block_dot_rows<FMT_FP4, 1>(m, r, active, x, 0, 1, a, xs); break;
-        default: block_dot_rows<FMT_F32, 1>(m, r, active, x, 0, 1, a, xs); break;
+// One token against many rows (decode). The token's whole row is staged in
+// shared memory once per block, in block_dot_rows' window layout, and each
+// warp takes several rows at once: lane l walks chunks l, l + 32, ... of
+// every row together, converting each activation to f64 once for all of
+// them. Each row's sum is block_dot_rows' (same per-lane chunk order, same
+// fma order inside a chunk, same butterfly), so the bits do not change;
+// what changes is the work per weight (no activation conversion per row, no
+// barrier per 32 chunks) and the bytes in flight (every row's next chunk is
+// loaded before the current ones are used).
+
+// Shared floats a whole staged row of `cols` takes for chunks of E values.
+#define ROW_SMEM(E, cols) ((((cols) / (E) + 31) / 32) * 32 * ((E) + 1))
+
+// Stage x[0..cols) for chunks of E values (all threads; the caller syncs).
+// Each thread issues its loads eight 16-byte vectors at a time before it
+// stores any, so a block waits for about one memory latency, not one per
+// element.
+template <int E>
+__device__ __forceinline__ void stage_row(const float* x, int cols, float* xs) {
+    if ((cols & 3) != 0 || (((size_t)x) & 15) != 0) {
+        for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+            const int wd = i / (32 * E), e = i % (32 * E);
+            xs[wd * 32 * (E + 1) + e + e / E] = x[i];
+        }
+        return;
     }
-    return a[0];
+    const float4* x4 = (const float4*)x;
+    const int n4 = cols >> 2;
+    for (int base = threadIdx.x; base < n4; base += 8 * blockDim.x) {
+        float4 v[8];
+        #pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = base + u * blockDim.x;
+            if (i < n4) v[u] = x4[i];
+        }
+        #pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = base + u * blockDim.x;
+            if (i < n4) {
+                const int k = 4 * i, wd = k / (32 * E), e = k % (32 * E);
+                float* d = xs + wd * 32 * (E + 1) + e + e / E;  // E is a multiple of 4: one chunk
+                d[0] = v[u].x;
+                d[1] = v[u].y;
+                d[2] = v[u].z;
+                d[3] = v[u].w;
+            }
+        }
+    }
+}
+
+// A weight row as the dot loop reads it: its chunks and its scales.
+struct RowRef {
+    const uint4* chunks;
+    const u8* scales;
+};
+
+template <int FMT>
+__device__ __forceinline__ RowRef row_ref(const Mat& m, int r) {
+    RowRef rr;
+    rr.chunks = (const uint4*)m.data + (size_t)r * (m.cols / Fmt<FMT>::E);
+    if (FMT == FMT_FP8) rr.scales = (const u8*)((const float*)m.scales + (size_t)(r >> 7) * ((m.cols + 127) >> 7));
+    else if (FMT == FMT_FP4) rr.scales = (const u8*)m.scales + (size_t)r * (m.cols >> 5);
+    else rr.scales = 0;
+    return rr;
+}
+
+// The scale decode_chunk applies to chunk ci (1 where there is none).
+template <int FMT>
+__device__ __forceinline__ float row_scale(const RowRef& rr, int ci) {
+    if (FMT == FMT_FP8) return ((const float*)rr.scales)[ci >> 3];  // column ci*16, tile of 128
+    if (FMT == FMT_FP4) return e8m0_decode(rr.scales[ci]);
+    return 1.0f;
+}
+
+// Values j0 .. j0 + S of a chunk, S = min(E, 8), exactly as decode_chunk
+// gives them (j0 a compile-time multiple of S after unrolling).
+template <int FMT>
+__device__ __forceinline__ void decode_part(const uint4& c, int j0, float s, float* w) {
+    const u32 v[4] = {c.x, c.y, c.z, c.w};
+    if (FMT == FMT_F32) {
+        #pragma unroll
+        for (int j = 0; j < 4; j++) w[j] = __uint_as_float(v[j]);
+    } else if (FMT == FMT_BF16) {
+        #pragma unroll
+        for (int j = 0; j < 4; j++) {
+            w[2 * j] = bf16_bits(v[j] & 0xffff);
+            w[2 * j + 1] = __uint_as_float(v[j] & 0xffff0000u);
+        }
+    } else if (FMT == FMT_FP8) {
+        #pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int q = j0 + j;
+            w[j] = e4m3_decode((v[q >> 2] >> (8 * (q & 3))) & 0xff) * s;
+        }
+    } else {
+        #pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int q = j0 + j;
+            w[j] = e2m1_decode((v[q >> 3] >> (4 * (q & 7))) & 0xf) * s;
+        }
+    }
+}
+
+// The first chunk of each of ND rows for this lane (issued before the
+// activations are staged, so that both latencies overlap).
+template <int FMT, int ND>
+__device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4* cur) {
+    const int lane = threadIdx.x & 31;
+    const int nch = cols / Fmt<FMT>::E;
+    #pragma unroll
+    for (int q = 0; q < ND; q++) cur[q] = lane < nch ? rows[q].chunks[lane] : make_uint4(0, 0, 0, 0);
+}
+
+// Dots of the staged token with ND rows (any mix of matrices of one format
+// and width `cols`), by one warp, from the chunks first_chunks loaded;
+// every lane gets every sum.
+template <int FMT, int ND>
+__device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, const float* xs, uint4* cur, double* acc) {
+    const int E = Fmt<FMT>::E, S = E < 8 ? E : 8;
+    const int lane = threadIdx.x & 31;
+    const int nch = cols / E;
+    #pragma unroll
+    for (int q = 0; q < ND; q++) acc[q] = 0.0;
+    uint4 nxt[ND];
+    #pragma unroll
+    for (int q = 0; q < ND; q++) nxt[q] = make_uint4(0, 0, 0, 0);
+    for (int ci = lane; ci < nch; ci += 32) {
+        if (ci + 32 < nch) {
+            #pragma unroll
+            for (int q = 0; q < ND; q++) nxt[q] = rows[q].chunks[ci + 32];
+        }
+        float s[ND];
+        #pragma unroll
+        for (int q = 0; q < ND; q++) s[q] = row_scale<FMT>(rows[q], ci);
+        const float* xr = xs + (ci >> 5) * 32 * (E + 1) + lane * (E + 1);
+        #pragma unroll
+        for (int j0 = 0; j0 < E; j0 += S) {
+            double xd[S];
+            #pragma unroll
+            for (int j = 0; j < S; j++) xd[j] = (double)xr[j0 + j];
+            #pragma unroll
+            for (int q = 0; q < ND; q++) {
+                float w[S];
+                decode_part<FMT>(cur[q], j0, s[q], w);
+                double a = acc[q];
+                #pragma unroll
+                for (int j = 0; j < S; j++) a = fma((double)w[j], xd[j], a);
+                acc[q] = a;
+            }
+        }
+        #pragma unroll
+        for (int q = 0; q < ND; q++) cur[q] = nxt[q];
+    }
+    #pragma unroll
+    for (int q = 0; q < ND; q++) {
+        double v = acc[q];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        acc[q] = v;
+    }
 }
 
 // Dot of two f32 vectors by one warp, in f64 (lanes strided, fixed butterfly).

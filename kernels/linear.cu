@@ -68,78 +68,61 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
     linear_any<1>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
 }
 
-// Decode (one token) with the whole activation row staged once per block:
-// the same per-lane chunk order, f64 fma order and butterfly as
-// block_dot_rows, so the same bits, without a barrier per 32 chunks and with
-// four chunks in flight per lane; each warp takes RPW consecutive rows. x is
-// staged in windows of 32 chunks laid out as block_dot_rows lays one out.
-// grid (ceil(nrows / (4 * RPW)), 1, groups), block 128, dynamic smem
-// ceil(nch / 32) * 32 * (E + 1) floats. Group z: rows row0 + z*nrows ..,
-// inputs x + z*x_group, outputs y + z*nrows (as linear_grouped).
-#define RPW 4
-
-template <int FMT>
-__device__ __forceinline__ double warp_row_dot_staged(const Mat& m, int r, const float* xs) {
-    const int E = Fmt<FMT>::E;
+// Decode (one token): the activation row staged whole, each warp NR rows at
+// once (warp_dot_rows; the same sums as above). grid (ceil(nrows / (4 * NR)),
+// 1, groups), block 128, dynamic smem ROW_SMEM(E, cols) floats. Group z:
+// rows row0 + z*nrows .., input x + z*x_group, outputs y + z*nrows.
+template <int FMT, int NR>
+__device__ __forceinline__ void linear_rows_fmt(const Mat& w, const float* x, float* y, int row0, int nrows,
+                                                float* xs) {
     const int lane = threadIdx.x & 31;
-    const int nch = m.cols / E;
-    const uint4* rc = (const uint4*)m.data + (size_t)r * nch;
-    const int row_words = 32 * (E + 1);
-    double a = 0.0;
-    float w[E];
-    for (int base = 0; base < nch; base += 4 * 32) {
-        uint4 c[4];
+    const int j0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * NR;
+    const bool active = j0 < nrows;
+    RowRef rows[NR];
+    uint4 cur[NR];
+    if (active) {
         #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int ci = base + u * 32 + lane;
-            c[u] = ci < nch ? rc[ci] : make_uint4(0, 0, 0, 0);
-        }
-        #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int ci = base + u * 32 + lane;
-            if (ci < nch) {
-                decode_chunk<FMT>(m, r, ci, c[u], w);
-                const float* xr = xs + ((base >> 5) + u) * row_words + lane * (E + 1);
-                #pragma unroll
-                for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
-            }
-        }
+        for (int r = 0; r < NR; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
+        first_chunks<FMT, NR>(rows, w.cols, cur);
     }
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-    return a;
-}
-
-template <int FMT>
-__device__ __forceinline__ void linear_t1_staged_fmt(const Mat& w, const float* x, float* y, int row0, int nrows,
-                                                     float* xs) {
-    const int E = Fmt<FMT>::E;
-    const int nch = w.cols / E, row_words = 32 * (E + 1), nwin = (nch + 31) / 32;
-    for (int i = threadIdx.x; i < nwin * 32 * E; i += blockDim.x) {
-        const int wd = i / (32 * E), e = i % (32 * E), k = wd * 32 * E + e;
-        if (k < w.cols) xs[wd * row_words + e + e / E] = x[k];
-    }
+    stage_row<Fmt<FMT>::E>(x, w.cols, xs);
     __syncthreads();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    for (int k = 0; k < RPW; k++) {
-        const int j = (blockIdx.x * (blockDim.x >> 5) + warp) * RPW + k;
-        if (j >= nrows) break;
-        const double a = warp_row_dot_staged<FMT>(w, row0 + j, xs);
-        if (lane == 0) y[j] = (float)a;
+    if (!active) return;
+    double acc[NR];
+    warp_dot_rows<FMT, NR>(rows, w.cols, xs, cur, acc);
+    if (lane == 0) {
+        #pragma unroll
+        for (int r = 0; r < NR; r++)
+            if (j0 + r < nrows) y[j0 + r] = (float)acc[r];
     }
 }
 
-extern "C" __global__ void linear_t1_staged(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
-                                            int row0, int nrows) {
+template <int NR>
+__device__ __forceinline__ void linear_rows(const Mat& w, const float* x, int x_group, float* y, int row0, int nrows) {
     extern __shared__ float xs_dyn[];
     const int z = blockIdx.z;
     x += (size_t)z * x_group;
     y += (size_t)z * nrows;
     row0 += z * nrows;
     switch (w.fmt) {
-        case FMT_BF16: linear_t1_staged_fmt<FMT_BF16>(w, x, y, row0, nrows, xs_dyn); break;
-        case FMT_FP8: linear_t1_staged_fmt<FMT_FP8>(w, x, y, row0, nrows, xs_dyn); break;
-        case FMT_FP4: linear_t1_staged_fmt<FMT_FP4>(w, x, y, row0, nrows, xs_dyn); break;
-        default: linear_t1_staged_fmt<FMT_F32>(w, x, y, row0, nrows, xs_dyn); break;
+        case FMT_BF16: linear_rows_fmt<FMT_BF16, NR>(w, x, y, row0, nrows, xs_dyn); break;
+        case FMT_FP8: linear_rows_fmt<FMT_FP8, NR>(w, x, y, row0, nrows, xs_dyn); break;
+        case FMT_FP4: linear_rows_fmt<FMT_FP4, NR>(w, x, y, row0, nrows, xs_dyn); break;
+        default: linear_rows_fmt<FMT_F32, NR>(w, x, y, row0, nrows, xs_dyn); break;
     }
+}
+
+extern "C" __global__ void linear_t1_r1(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
+                                        int row0, int nrows) {
+    linear_rows<1>(w, x, x_group, y, row0, nrows);
+}
+
+extern "C" __global__ void linear_t1_r2(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
+                                        int row0, int nrows) {
+    linear_rows<2>(w, x, x_group, y, row0, nrows);
+}
+
+extern "C" __global__ void linear_t1_r4(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
+                                        int row0, int nrows) {
+    linear_rows<4>(w, x, x_group, y, row0, nrows);
 }

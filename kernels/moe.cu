@@ -6,11 +6,10 @@
 //   grid (n), block 32.
 // expert_gate_up: for pair (token, slot) and row i of the expert:
 //   h = silu(min(x.W1_i, lim)) * clamp(x.W3_i, -lim, lim) * weight.
-//   One warp per (pair, row); `pairs` lists the pair ids a launch covers
-//   (all of them for the fused arm, one expert's for the per-expert arm):
-//   both compute every element with the same instructions.
-//   grid (ceil(inter/4), npairs), block 128.
-// expert_down: out[pair, j] = W2_j . h[pair]; grid (ceil(d/4), npairs), block 128.
+//   `pairs` lists the pair ids a launch covers (all of them for the fused
+//   arm, one expert's for the per-expert arm): both compute every element
+//   with the same instructions.
+// expert_down: out[pair, j] = W2_j . h[pair].
 // moe_combine: y[t] = sum_slot out[t*k + slot] + shared[t] (f64); grid (n, ceil(d/256)).
 // Routing weights are kept in f64 as the CPU twin keeps them.
 
@@ -99,33 +98,99 @@ __device__ __forceinline__ float swiglu(float g, float u, float lim, double w) {
     return (float)(gv / (1.0 + exp(-gv)) * uv * w);
 }
 
+// One block per (pair, group of 4 * ER rows): the pair's token staged once,
+// each warp ER rows of W1 and the same rows of W3 together (warp_dot_rows).
+#define ER_GATE_UP 2
+#define ER_DOWN 4
+
+template <int FMT>
+__device__ __forceinline__ void gate_up_fmt(const Mat& w1, const Mat& w3, const float* x, int d, double wt, float lim,
+                                            int inter, float* h, float* xs) {
+    const int i0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ER_GATE_UP;
+    const bool active = i0 < inter;
+    RowRef rows[2 * ER_GATE_UP];
+    uint4 cur[2 * ER_GATE_UP];
+    if (active) {
+        #pragma unroll
+        for (int r = 0; r < ER_GATE_UP; r++) {
+            const int i = min(i0 + r, inter - 1);
+            rows[r] = row_ref<FMT>(w1, i);
+            rows[ER_GATE_UP + r] = row_ref<FMT>(w3, i);
+        }
+        first_chunks<FMT, 2 * ER_GATE_UP>(rows, d, cur);
+    }
+    stage_row<Fmt<FMT>::E>(x, d, xs);
+    __syncthreads();
+    if (!active) return;
+    double acc[2 * ER_GATE_UP];
+    warp_dot_rows<FMT, 2 * ER_GATE_UP>(rows, d, xs, cur, acc);
+    if ((threadIdx.x & 31) == 0) {
+        #pragma unroll
+        for (int r = 0; r < ER_GATE_UP; r++)
+            if (i0 + r < inter) h[i0 + r] = swiglu((float)acc[r], (float)acc[ER_GATE_UP + r], lim, wt);
+    }
+}
+
+// grid (ceil(inter / (4 * ER_GATE_UP)), npairs), block 128, dynamic smem
+// ROW_SMEM(E, d) floats for the experts' format.
 extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat* __restrict__ w3s,
                                           const float* __restrict__ x, int d, const int* __restrict__ idx,
                                           const double* __restrict__ wts, int k, const int* __restrict__ pairs,
                                           float lim, int inter, float* __restrict__ h) {
-    __shared__ float xs[DOT_SMEM(32, 1)];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int i = blockIdx.x * 4 + warp;
-    const bool active = i < inter;
+    extern __shared__ float xs_dyn[];
     const int pair = pairs[blockIdx.y];
-    const int t = pair / k;
     const int e = idx[pair];
-    const float* xt = x + (size_t)t * d;
-    const float g = (float)block_dot_row(w1s[e], active ? i : 0, active, xt, xs);
-    const float u = (float)block_dot_row(w3s[e], active ? i : 0, active, xt, xs);
-    if (active && lane == 0) h[(size_t)pair * inter + i] = swiglu(g, u, lim, wts[pair]);
+    const Mat w1 = w1s[e], w3 = w3s[e];
+    const float* xt = x + (size_t)(pair / k) * d;
+    float* hp = h + (size_t)pair * inter;
+    const double wt = wts[pair];
+    switch (w1.fmt) {
+        case FMT_BF16: gate_up_fmt<FMT_BF16>(w1, w3, xt, d, wt, lim, inter, hp, xs_dyn); break;
+        case FMT_FP8: gate_up_fmt<FMT_FP8>(w1, w3, xt, d, wt, lim, inter, hp, xs_dyn); break;
+        case FMT_FP4: gate_up_fmt<FMT_FP4>(w1, w3, xt, d, wt, lim, inter, hp, xs_dyn); break;
+        default: gate_up_fmt<FMT_F32>(w1, w3, xt, d, wt, lim, inter, hp, xs_dyn); break;
+    }
 }
 
+template <int FMT>
+__device__ __forceinline__ void down_fmt(const Mat& w2, const float* h, int inter, int d, float* out, float* xs) {
+    const int j0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ER_DOWN;
+    const bool active = j0 < d;
+    RowRef rows[ER_DOWN];
+    uint4 cur[ER_DOWN];
+    if (active) {
+        #pragma unroll
+        for (int r = 0; r < ER_DOWN; r++) rows[r] = row_ref<FMT>(w2, min(j0 + r, d - 1));
+        first_chunks<FMT, ER_DOWN>(rows, inter, cur);
+    }
+    stage_row<Fmt<FMT>::E>(h, inter, xs);
+    __syncthreads();
+    if (!active) return;
+    double acc[ER_DOWN];
+    warp_dot_rows<FMT, ER_DOWN>(rows, inter, xs, cur, acc);
+    if ((threadIdx.x & 31) == 0) {
+        #pragma unroll
+        for (int r = 0; r < ER_DOWN; r++)
+            if (j0 + r < d) out[j0 + r] = (float)acc[r];
+    }
+}
+
+// grid (ceil(d / (4 * ER_DOWN)), npairs), block 128, dynamic smem
+// ROW_SMEM(E, inter) floats for the experts' format.
 extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float* __restrict__ h, int inter,
                                        const int* __restrict__ idx, const int* __restrict__ pairs, int d,
                                        float* __restrict__ out) {
-    __shared__ float xs[DOT_SMEM(32, 1)];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j = blockIdx.x * 4 + warp;
-    const bool active = j < d;
+    extern __shared__ float xs_dyn[];
     const int pair = pairs[blockIdx.y];
-    const double v = block_dot_row(w2s[idx[pair]], active ? j : 0, active, h + (size_t)pair * inter, xs);
-    if (active && lane == 0) out[(size_t)pair * d + j] = (float)v;
+    const Mat w2 = w2s[idx[pair]];
+    const float* hp = h + (size_t)pair * inter;
+    float* op = out + (size_t)pair * d;
+    switch (w2.fmt) {
+        case FMT_BF16: down_fmt<FMT_BF16>(w2, hp, inter, d, op, xs_dyn); break;
+        case FMT_FP8: down_fmt<FMT_FP8>(w2, hp, inter, d, op, xs_dyn); break;
+        case FMT_FP4: down_fmt<FMT_FP4>(w2, hp, inter, d, op, xs_dyn); break;
+        default: down_fmt<FMT_F32>(w2, hp, inter, d, op, xs_dyn); break;
+    }
 }
 
 // Shared expert middle: h = swiglu(g, u) with weight 1, elementwise over n*inter.

@@ -2,7 +2,7 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: gates hostcache fixtures park perf spec dspark split deep boundary peer
+# sections: gates flash hostcache fixtures park perf spec dspark split deep boundary peer
 # (default: gates); split, deep and boundary need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
@@ -70,6 +70,14 @@ gates() {
   step "logits small gpu" $M logits --model /tmp/m/small --tokens /tmp/m/seq.json --out /tmp/m/small_gpu.f32 --backend gpu
   step "transformers vs gpu small" python3 scripts/check_transformers_load.py /tmp/m/small /tmp/m/seq.json /tmp/m/small_gpu.f32
   step "generate tiny gpu" $M generate --model /tmp/m/tiny --backend gpu --max-tokens 64 --json --no-stop
+}
+flash() { # the teacher-forced gate at DSV4-Flash widths (4 layers): the decode kernels' large-shape variants
+  [ -d /tmp/m/flash4 ] || step "synth flash-shape 4 layers" $M synth --preset flash-shape --layers 4 --seed 0 --out /tmp/m/flash4
+  for v in exact fp8; do
+    step "bank flash4 $v" $M bank --model /tmp/m/flash4 --prompt-len 8 --n 12 --variant $v --out /tmp/m/bank_flash4_$v.json
+    step "tf flash4 $v" $M gate tf /tmp/m/flash4 /tmp/m/bank_flash4_$v.json $OUT/tf_flash4_$v
+  done
+  step "tf flash4 exact per-expert" $M gate tf /tmp/m/flash4 /tmp/m/bank_flash4_exact.json $OUT/tf_flash4_perexpert --moe per-expert
 }
 hostcache() {
   models

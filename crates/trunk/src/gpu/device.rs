@@ -27,27 +27,27 @@ pub fn unavailable_reason() -> Option<String> {
     }
 }
 
-/// Rows per warp of `linear_t1_staged` (kernels/linear.cu `RPW`).
-const STAGED_ROWS_PER_WARP: usize = 4;
-
-/// `linear_t1_staged` only for tall matrices (the LM head): with 16 rows a
-/// block, shorter ones leave SMs idle (measured on the H200, docs/perf.md).
-const STAGED_MIN_ROWS: usize = 16384;
-
-/// Shared bytes `linear_t1_staged` needs to stage a whole activation row of
-/// `w` (windows of 32 chunks, one padding word per chunk), or None above the
-/// 48 KiB a launch gets without opting in (those use `linear_f32_t1`).
-fn staged_smem(w: &super::weights::DevMat) -> Option<u32> {
-    let per_chunk = match w.arg.fmt {
+/// Values per 16-byte weight chunk of a `Mat` format (kernels/common.cuh `Fmt`).
+fn chunk_values(fmt: i32) -> usize {
+    match fmt {
         1 => 8,  // BF16
         2 => 16, // FP8
         3 => 32, // FP4
         _ => 4,  // F32
-    };
-    let nch = w.arg.cols as usize / per_chunk;
-    let bytes = nch.div_ceil(32) * 32 * (per_chunk + 1) * 4;
+    }
+}
+
+/// Shared bytes a decode kernel needs to stage one whole activation row of
+/// `cols` for weights of format `fmt` (kernels/common.cuh `ROW_SMEM`), or
+/// None above the 48 KiB a launch gets without opting in.
+pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
+    let e = chunk_values(fmt);
+    let bytes = (cols / e).div_ceil(32) * 32 * (e + 1) * 4;
     (bytes <= 48 << 10).then_some(bytes as u32)
 }
+
+/// Warps per block of the decode products (kernels/linear.cu, moe.cu).
+const DECODE_WARPS: usize = 4;
 
 /// A device buffer and its raw address.
 pub struct Buf<T> {
@@ -65,6 +65,8 @@ impl<T> Buf<T> {
 
 pub struct Gpu {
     pub ordinal: usize,
+    /// Streaming multiprocessors, for sizing decode grids.
+    pub sm_count: usize,
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     kernels: HashMap<&'static str, CudaFunction>,
@@ -93,7 +95,10 @@ impl Gpu {
             let f = module.load_function(k).map_err(|e| anyhow!("kernel `{k}`: {e}"))?;
             kernels.insert(k, f);
         }
-        Ok(Gpu { ordinal, ctx, stream, kernels })
+        let sm_count = ctx
+            .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| anyhow!("querying device {ordinal}: {e}"))? as usize;
+        Ok(Gpu { ordinal, sm_count, ctx, stream, kernels })
     }
 
     /// Let this device's kernels and copies reach `peer`'s memory directly
@@ -207,12 +212,8 @@ impl Gpu {
         row0: usize,
         nrows: usize,
     ) -> Result<()> {
-        if n == 1 && nrows >= STAGED_MIN_ROWS {
-            if let Some(smem) = staged_smem(w) {
-                crate::launch!(self, "linear_t1_staged", Gpu::cfg((nrows.div_ceil(4 * STAGED_ROWS_PER_WARP) as u32, 1, 1), 128, smem);
-                    w.arg, x, 0i32, y, row0 as i32, nrows as i32);
-                return Ok(());
-            }
+        if n == 1 && self.decode_rows(w, x, 0, y, row0, 1, nrows)? {
+            return Ok(());
         }
         // a tile of one token for decode, eight otherwise; the same sums either way
         let (kernel, tile) = if n == 1 { ("linear_f32_t1", 1) } else { ("linear_f32", 8) };
@@ -238,19 +239,52 @@ impl Gpu {
         groups: usize,
         rows_per_group: usize,
     ) -> Result<()> {
-        if n == 1 && rows_per_group * groups >= STAGED_MIN_ROWS {
-            if let Some(smem) = staged_smem(w) {
-                let grid = (rows_per_group.div_ceil(4 * STAGED_ROWS_PER_WARP) as u32, 1, groups as u32);
-                crate::launch!(self, "linear_t1_staged", Gpu::cfg(grid, 128, smem);
-                    w.arg, x, x_group as i32, y, 0i32, rows_per_group as i32);
-                return Ok(());
-            }
+        if n == 1 && self.decode_rows(w, x, x_group, y, 0, groups, rows_per_group)? {
+            return Ok(());
         }
         let (kernel, tile) = if n == 1 { ("linear_grouped_t1", 1) } else { ("linear_grouped", 8) };
         let grid = (rows_per_group.div_ceil(4) as u32, n.div_ceil(tile) as u32, groups as u32);
         crate::launch!(self, kernel, Gpu::cfg(grid, 128, 0);
             w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, rows_per_group as i32);
         Ok(())
+    }
+
+    /// One token through rows `row0 .. row0 + nrows` of `w` for each of
+    /// `groups` groups (as `linear_grouped`), by the whole-row kernels
+    /// `linear_t1_r{1,2,4}`. Returns false (nothing launched) where the
+    /// staged row does not fit in shared memory.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_rows(
+        &self,
+        w: &super::weights::DevMat,
+        x: u64,
+        x_group: usize,
+        y: u64,
+        row0: usize,
+        groups: usize,
+        nrows: usize,
+    ) -> Result<bool> {
+        let Some(smem) = row_smem(w.arg.fmt, w.arg.cols as usize) else {
+            return Ok(false);
+        };
+        let rpw = self.rows_per_warp(nrows * groups);
+        let kernel = match rpw {
+            4 => "linear_t1_r4",
+            2 => "linear_t1_r2",
+            _ => "linear_t1_r1",
+        };
+        let grid = (nrows.div_ceil(DECODE_WARPS * rpw) as u32, 1, groups as u32);
+        crate::launch!(self, kernel, Gpu::cfg(grid, (DECODE_WARPS * 32) as u32, smem);
+            w.arg, x, x_group as i32, y, row0 as i32, nrows as i32);
+        Ok(true)
+    }
+
+    /// Rows each warp of a decode product takes (4, 2 or 1): the most that
+    /// still gives every SM two blocks, so that short matrices keep all SMs
+    /// busy and tall ones read more rows per staged activation.
+    fn rows_per_warp(&self, rows: usize) -> usize {
+        let want = 2 * self.sm_count * DECODE_WARPS;
+        [4, 2].into_iter().find(|&r| rows / r >= want).unwrap_or(1)
     }
 
     /// RMS-normalize `rows` rows of `width` in place, times `w` (0: none).

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use cudarc::driver::DeviceRepr;
 
 use super::device::{Buf, Gpu};
@@ -171,12 +171,29 @@ pub struct DevLayer {
     pub w1s: Buf<MatArg>,
     pub w2s: Buf<MatArg>,
     pub w3s: Buf<MatArg>,
+    /// The routed experts' `Mat` formats: W1 and W3 (one format), W2. The
+    /// expert kernels stage activations for one format per launch.
+    pub expert_fmts: (i32, i32),
 }
 
 impl DevLayer {
     pub fn upload(gpu: &Gpu, l: &LayerWeights) -> Result<DevLayer> {
         let a = &l.attn;
         let experts: Vec<DevExpert> = l.ffn.experts.iter().map(|e| DevExpert::upload(gpu, e)).collect::<Result<_>>()?;
+        let fmt_of = |f: &dyn Fn(&DevExpert) -> i32, what: &str| -> Result<i32> {
+            let first = experts.first().map_or(0, f);
+            if let Some(i) = experts.iter().position(|e| f(e) != first) {
+                bail!(
+                    "routed expert {i}'s {what} has another format than expert 0's (one format per layer is supported)"
+                );
+            }
+            Ok(first)
+        };
+        let (f1, f2, f3) =
+            (fmt_of(&|e| e.w1.arg.fmt, "w1")?, fmt_of(&|e| e.w2.arg.fmt, "w2")?, fmt_of(&|e| e.w3.arg.fmt, "w3")?);
+        if f1 != f3 {
+            bail!("routed experts' w1 and w3 differ in format ({f1} vs {f3})");
+        }
         let table = |f: &dyn Fn(&DevExpert) -> MatArg| -> Result<Buf<MatArg>> {
             let v: Vec<MatArg> = experts.iter().map(f).collect();
             gpu.upload(&v)
@@ -210,6 +227,7 @@ impl DevLayer {
             w1s: table(&|e| e.w1.arg)?,
             w2s: table(&|e| e.w2.arg)?,
             w3s: table(&|e| e.w3.arg)?,
+            expert_fmts: (f1, f2),
             _experts: experts,
         })
     }
