@@ -355,11 +355,23 @@ __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, cons
     }
 }
 
-// Dot of two f32 vectors by one warp, in f64 (lanes strided, fixed butterfly).
+// Dot of two f32 vectors by one warp, in f64 (lanes strided, fixed butterfly;
+// eight strides' loads are issued before their products).
 __device__ __forceinline__ double warp_dot(const float* a, const float* b, int n) {
     const int lane = threadIdx.x & 31;
     double acc = 0.0;
-    for (int i = lane; i < n; i += 32) acc = fma((double)a[i], (double)b[i], acc);
+    for (int i0 = lane; i0 < n; i0 += 8 * 32) {
+        float av[8], bv[8];
+        #pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = i0 + 32 * u;
+            av[u] = i < n ? a[i] : 0.0f;
+            bv[u] = i < n ? b[i] : 0.0f;
+        }
+        #pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (i0 + 32 * u < n) acc = fma((double)av[u], (double)bv[u], acc);
+    }
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     return acc;

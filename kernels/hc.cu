@@ -16,7 +16,14 @@ __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(
 __device__ __forceinline__ void hc_mixes(const float* xt, int width, const float* fn, int nm, float norm_eps,
                                          double* mixes, double* red) {
     double ss = 0.0;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) ss = fma((double)xt[i], (double)xt[i], ss);
+    for (int i0 = threadIdx.x; i0 < width; i0 += 8 * blockDim.x) {
+        float xv[8];
+        #pragma unroll
+        for (int u = 0; u < 8; u++) xv[u] = i0 + u * blockDim.x < width ? xt[i0 + u * blockDim.x] : 0.0f;
+        #pragma unroll
+        for (int u = 0; u < 8; u++)
+            if (i0 + u * blockDim.x < width) ss = fma((double)xv[u], (double)xv[u], ss);
+    }
     ss = block_sum(ss, red);
     const double rinv = 1.0 / sqrt(ss / (double)width + (double)norm_eps);
     const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
@@ -36,9 +43,22 @@ extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const float*
     const float* xt = x + (size_t)t * width;
     const float* f = fn + (size_t)j * width;
     double ss = 0.0, dot = 0.0;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        ss = fma((double)xt[i], (double)xt[i], ss);
-        dot = fma((double)f[i], (double)xt[i], dot);
+    // eight strides' loads issued before their sums (the same per-thread order)
+    for (int i0 = threadIdx.x; i0 < width; i0 += 8 * blockDim.x) {
+        float xv[8], fv[8];
+        #pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = i0 + u * blockDim.x;
+            xv[u] = i < width ? xt[i] : 0.0f;
+            fv[u] = i < width ? f[i] : 0.0f;
+        }
+        #pragma unroll
+        for (int u = 0; u < 8; u++) {
+            if (i0 + u * blockDim.x < width) {
+                ss = fma((double)xv[u], (double)xv[u], ss);
+                dot = fma((double)fv[u], (double)xv[u], dot);
+            }
+        }
     }
     ss = block_sum(ss, red);
     dot = block_sum(dot, red);
@@ -47,7 +67,13 @@ extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const float*
 
 // From the mixes: pre, post and the Sinkhorn comb (one thread per comb
 // element, each sum in the CPU twin's order), then the collapsed input.
+// The first two warps run the Sinkhorn iterations (barrier 1, 64 threads)
+// while the others collapse the streams, which needs only `pre`.
 // grid (n), block 256.
+#define HC_SINKHORN_THREADS 64
+
+__device__ __forceinline__ void sinkhorn_sync() { asm volatile("bar.sync 1, 64;" ::: "memory"); }
+
 extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __restrict__ mixes,
                                   const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
                                   int iters, float hc_eps, double* __restrict__ mix, float* __restrict__ collapsed) {
@@ -68,19 +94,45 @@ extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __r
     }
     if (cell) a[tid] = m[2 * hc + tid] * (double)scale[2] + (double)base[2 * hc + tid];
     __syncthreads();
+    if (tid >= HC_SINKHORN_THREADS) {
+        // the collapsed input, four elements' loads in flight per thread
+        const float* xt = x + (size_t)t * hc * d;
+        const int step = blockDim.x - HC_SINKHORN_THREADS;
+        for (int i0 = tid - HC_SINKHORN_THREADS; i0 < d; i0 += 4 * step) {
+            float xv[4][HC_MAX];
+            #pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int i = i0 + u * step;
+                #pragma unroll
+                for (int q = 0; q < HC_MAX; q++) xv[u][q] = q < hc && i < d ? xt[(size_t)q * d + i] : 0.0f;
+            }
+            #pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int i = i0 + u * step;
+                if (i < d) {
+                    double acc = 0.0;
+                    #pragma unroll
+                    for (int q = 0; q < HC_MAX; q++)
+                        if (q < hc) acc += pre_s[q] * (double)xv[u][q];
+                    collapsed[(size_t)t * d + i] = (float)acc;
+                }
+            }
+        }
+        return;
+    }
     // row softmax + eps
     if (cell) {
         double mx = -1e300;
         for (int q = 0; q < hc; q++) mx = fmax(mx, a[j * hc + q]);
         b[tid] = exp(a[tid] - mx);
     }
-    __syncthreads();
+    sinkhorn_sync();
     if (cell) {
         double s = 0.0;
         for (int q = 0; q < hc; q++) s += b[j * hc + q];
         a[tid] = b[tid] / s + eps;
     }
-    __syncthreads();
+    sinkhorn_sync();
     for (int it = 0; it < iters; it++) {
         if (it > 0) {
             double v = 0.0;
@@ -90,9 +142,9 @@ extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __r
                 s += eps;
                 v = a[tid] / s;
             }
-            __syncthreads();
+            sinkhorn_sync();
             if (cell) a[tid] = v;
-            __syncthreads();
+            sinkhorn_sync();
         }
         double v = 0.0;
         if (cell) {
@@ -101,17 +153,11 @@ extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __r
             s += eps;
             v = a[tid] / s;
         }
-        __syncthreads();
+        sinkhorn_sync();
         if (cell) a[tid] = v;
-        __syncthreads();
+        sinkhorn_sync();
     }
     if (cell) out[2 * hc + tid] = a[tid];
-    const float* xt = x + (size_t)t * hc * d;
-    for (int i = tid; i < d; i += blockDim.x) {
-        double acc = 0.0;
-        for (int q = 0; q < hc; q++) acc += pre_s[q] * (double)xt[(size_t)q * d + i];
-        collapsed[(size_t)t * d + i] = (float)acc;
-    }
 }
 
 // grid (n, ceil(d/256)), block 256. x updated in place.

@@ -7,6 +7,8 @@
 //   the lower index; -1 pads. The k-th largest score is found by a bitwise
 //   search on order-preserving 64-bit keys. grid (n), block 256.
 
+#define IDX_KM 4  // key values per lane: index_head_dim <= 32 * IDX_KM (checked by the host)
+
 // grid (n, ceil(max visible / 32)), block 256 (8 warps, 4 entries each),
 // dynamic smem heads*di floats (the query) + heads floats (scaled weights).
 extern "C" __global__ void indexer_scores(const float* __restrict__ q, const float* __restrict__ w,
@@ -27,10 +29,34 @@ extern "C" __global__ void indexer_scores(const float* __restrict__ q, const flo
     const float* qt = qs;
     for (int s = s0 + warp; s < min(s0 + 32, visible); s += 8) {
         const float* k = keys + (size_t)s * di;
+        // the key in registers, lane-strided as warp_dot reads it
+        double kd[IDX_KM];
+        #pragma unroll
+        for (int m = 0; m < IDX_KM; m++) kd[m] = lane + 32 * m < di ? (double)k[lane + 32 * m] : 0.0;
         double total = 0.0;
-        for (int h = 0; h < heads; h++) {
-            const double dot = warp_dot(qt + (size_t)h * di, k, di);
-            total += fmax(dot, 0.0) * sm * (double)ws[h];
+        // eight heads' dots at a time (independent chains and butterflies),
+        // each warp_dot's sum; the total adds them in head order
+        for (int h0 = 0; h0 < heads; h0 += 8) {
+            double dot[8];
+            #pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float* qh = qt + (size_t)min(h0 + u, heads - 1) * di;
+                double acc = 0.0;
+                #pragma unroll
+                for (int m = 0; m < IDX_KM; m++)
+                    if (lane + 32 * m < di) acc = fma((double)qh[lane + 32 * m], kd[m], acc);
+                dot[u] = acc;
+            }
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                #pragma unroll
+                for (int u = 0; u < 8; u++) dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], o);
+            }
+            #pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int h = h0 + u;
+                if (h < heads) total += fmax(dot[u], 0.0) * sm * (double)ws[h];
+            }
         }
         if (lane == 0) scores[(size_t)t * max_entries + s] = total;
     }

@@ -71,13 +71,13 @@ gates() {
   step "transformers vs gpu small" python3 scripts/check_transformers_load.py /tmp/m/small /tmp/m/seq.json /tmp/m/small_gpu.f32
   step "generate tiny gpu" $M generate --model /tmp/m/tiny --backend gpu --max-tokens 64 --json --no-stop
 }
-flash() { # the teacher-forced gate at DSV4-Flash widths (4 layers): the decode kernels' large-shape variants
-  [ -d /tmp/m/flash4 ] || step "synth flash-shape 4 layers" $M synth --preset flash-shape --layers 4 --seed 0 --out /tmp/m/flash4
+flash() { # the teacher-forced gate at DSV4-Flash widths (4 layers, generated in memory): the kernels' large-shape paths
+  local F=synth:flash-shape,layers=4
   for v in exact fp8; do
-    step "bank flash4 $v" $M bank --model /tmp/m/flash4 --prompt-len 8 --n 12 --variant $v --out /tmp/m/bank_flash4_$v.json
-    step "tf flash4 $v" $M gate tf /tmp/m/flash4 /tmp/m/bank_flash4_$v.json $OUT/tf_flash4_$v
+    step "bank flash4 $v" $M bank --model $F --prompt-len 8 --n 12 --variant $v --out /tmp/m/bank_flash4_$v.json
+    step "tf flash4 $v" $M gate tf $F /tmp/m/bank_flash4_$v.json $OUT/tf_flash4_$v
   done
-  step "tf flash4 exact per-expert" $M gate tf /tmp/m/flash4 /tmp/m/bank_flash4_exact.json $OUT/tf_flash4_perexpert --moe per-expert
+  step "tf flash4 exact per-expert" $M gate tf $F /tmp/m/bank_flash4_exact.json $OUT/tf_flash4_perexpert --moe per-expert
 }
 hostcache() {
   models

@@ -119,8 +119,16 @@ impl Dsv4Gpu {
         if devices.is_empty() {
             bail!("no devices given");
         }
-        if cfg.hc_mult > 8 || cfg.num_experts_per_tok > 16 || cfg.head_dim > 1024 || cfg.index_head_dim > 1024 {
-            bail!("the GPU kernels support hc_mult <= 8, num_experts_per_tok <= 16 and head dims <= 1024");
+        // kernels/hc.cu HC_MAX, moe.cu's chosen[16], attention.cu ATT_QM, indexer.cu IDX_KM
+        if cfg.hc_mult > 8 || cfg.num_experts_per_tok > 16 || cfg.head_dim > 512 || cfg.index_head_dim > 128 {
+            bail!(
+                "the GPU kernels support hc_mult <= 8, num_experts_per_tok <= 16, head_dim <= 512 and \
+                 index_head_dim <= 128 (this config: {}, {}, {}, {})",
+                cfg.hc_mult,
+                cfg.num_experts_per_tok,
+                cfg.head_dim,
+                cfg.index_head_dim
+            );
         }
         let n = cfg.num_hidden_layers;
         let s = devices.len().min(n);

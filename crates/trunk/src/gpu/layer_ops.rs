@@ -128,7 +128,7 @@ impl Dsv4Gpu {
         let kv_ring = &st.kv.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
         let ablock = (hd.div_ceil(32) * 32).clamp(128, 512) as u32;
-        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), ablock, (max_keys * 8) as u32);
+        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), ablock, (max_keys * 16) as u32);
             sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), sc.attn.ptr);
         if pass == Pass::Commit {
