@@ -49,7 +49,8 @@ __device__ __forceinline__ float bf16_bits(u32 b) { return __uint_as_float(b << 
 __device__ __forceinline__ float e4m3_decode(u32 v) {
     u32 e = (v >> 3) & 0xF, m = v & 7;
     float f;
-    if (e == 0) f = (float)m * 0.001953125f;                 // m * 2^-9
+    // m * 2^-9; m as a float by the 2^23 trick (exact), not a conversion instruction
+    if (e == 0) f = (__uint_as_float(0x4B000000u | m) - 8388608.0f) * 0.001953125f;
     else if (e == 15 && m == 7) f = __uint_as_float(0x7fc00000u);
     else f = __uint_as_float(((e + 120u) << 23) | (m << 20));
     return (v & 0x80) ? -f : f;
@@ -58,7 +59,7 @@ __device__ __forceinline__ float e4m3_decode(u32 v) {
 // E2M1 nibble -> value.
 __device__ __forceinline__ float e2m1_decode(u32 b) {
     u32 e = (b >> 1) & 3, m = b & 1;
-    float f = (e == 0) ? (float)m * 0.5f : __uint_as_float(((e + 126u) << 23) | (m << 22));
+    float f = (e == 0) ? __uint_as_float(m ? 0x3F000000u : 0u) : __uint_as_float(((e + 126u) << 23) | (m << 22));
     return (b & 8) ? -f : f;
 }
 
