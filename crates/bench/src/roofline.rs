@@ -238,18 +238,24 @@ fn filled_state(gpu: &Dsv4Gpu, ctx: usize, capacity: usize, chunk: usize) -> Res
     Ok(st)
 }
 
-/// Seconds a step that reads what one token at position `p` needs would
-/// take at the copy ceilings, stage by stage (the stages run one after the
-/// other), and the bytes.
-fn copy_bound(gpu: &Dsv4Gpu, ceil: &Ceilings, p: usize) -> (f64, f64) {
-    let ranges = gpu.stage_layers();
+/// Seconds that reading the weights once and the cache rows of the tokens
+/// at positions `ps` takes at the copy ceilings, stage by stage (stage `i`
+/// holds `stages[i]`'s layers at `gbps[i]`, the last one the head; the
+/// stages run one after the other), and the bytes.
+pub fn copy_bound_of(w: &Dsv4Weights, stages: &[Range<usize>], gbps: &[f64], ps: Range<usize>) -> (f64, f64) {
     let (mut secs, mut bytes) = (0.0, 0.0);
-    for (i, r) in ranges.iter().enumerate() {
-        let (wb, _, cache, _) = token_cost_of(&gpu.weights, p, r.clone(), i + 1 == ranges.len());
-        secs += (wb + cache) / (ceil.copy_gbps_by_stage[i] * 1e9);
+    for (i, r) in stages.iter().enumerate() {
+        let head = i + 1 == stages.len();
+        let (wb, _, _, _) = token_cost_of(w, ps.start, r.clone(), head);
+        let cache: f64 = ps.clone().map(|p| token_cost_of(w, p, r.clone(), head).2).sum();
+        secs += (wb + cache) / (gbps[i] * 1e9);
         bytes += wb + cache;
     }
     (secs, bytes)
+}
+
+fn copy_bound(gpu: &Dsv4Gpu, ceil: &Ceilings, ps: Range<usize>) -> (f64, f64) {
+    copy_bound_of(&gpu.weights, &gpu.stage_layers(), &ceil.copy_gbps_by_stage, ps)
 }
 
 /// Batch-1 decode at context `ctx`: `steps` timed steps after warm-up.
@@ -277,7 +283,7 @@ pub fn decode_case(gpu: &Dsv4Gpu, ceil: &Ceilings, ctx: usize, steps: usize) -> 
     let breakdown: Vec<(String, f64)> = gpu.profile.take()?.into_iter().map(|(l, ms)| (l, ms / 3.0)).collect();
     gpu.profile.set(false);
     let (_, macs, _, attn) = token_cost(&gpu.weights, ctx + 3);
-    let (bound_secs, bytes) = copy_bound(gpu, ceil, ctx + 3);
+    let (bound_secs, bytes) = copy_bound(gpu, ceil, ctx + 3..ctx + 4);
     let flops = 2.0 * macs + attn;
     let c = Case::of(format!("decode b1 ctx {ctx}"), 1, ctx, times, bytes, flops, bound_secs, ceil);
     Ok(Case { breakdown_ms: breakdown, ..c })
@@ -336,18 +342,47 @@ pub fn prefill_case(gpu: &Dsv4Gpu, ceil: &Ceilings, n: usize, reps: usize) -> Re
             times.push(timed(&ctx_, &stream, || gpu.prefill_with_cache(&mut st, &tokens, Logits::Last).map(|_| ()))?);
         }
     }
-    let (wb, macs, _, _) = token_cost(&gpu.weights, 0);
-    let mut attn = 0.0;
-    let mut cache = 0.0;
-    for p in 0..n {
-        let (_, _, c, a) = token_cost(&gpu.weights, p);
-        attn += a;
-        cache += c;
-    }
+    let (_, macs, _, _) = token_cost(&gpu.weights, 0);
+    let attn: f64 = (0..n).map(|p| token_cost(&gpu.weights, p).3).sum();
     let flops = 2.0 * macs * n as f64 + attn;
-    let bytes = wb + cache;
-    // at the first device's copy rate (the split-aware bound is decode's)
-    let bound_secs = bytes / (ceil.copy_gbps * 1e9);
+    let (bound_secs, bytes) = copy_bound(gpu, ceil, 0..n);
     let c = Case::of(format!("prefill {n}"), n, 0, times, bytes, flops, bound_secs, ceil);
     Ok(Case { breakdown_ms: breakdown, ..c })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use trunk::weights::ExpertArm;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-12 * a.abs().max(b.abs())
+    }
+
+    #[test]
+    fn copy_bound_reads_weights_once_and_charges_each_stage_at_its_rate() {
+        let m = trunk::model::embedded_model(ExpertArm::Native).unwrap();
+        let w = &m.weights;
+        let n = w.layers.len();
+        assert!(n >= 2, "the embedded model has {n} layers");
+        // one stage: the weights once, every position's cache rows
+        let (secs, bytes) = copy_bound_of(w, &[0..n], &[100.0], 0..8);
+        let (wb, _, _, _) = token_cost(w, 0);
+        let cache: f64 = (0..8).map(|p| token_cost(w, p).2).sum();
+        assert!(cache > 0.0);
+        assert!(close(bytes, wb + cache), "{bytes} vs {}", wb + cache);
+        assert!(close(secs, bytes / 100e9));
+        // split in two at equal rates: the same bytes and seconds
+        let split = [0..n / 2, n / 2..n];
+        let (s2, b2) = copy_bound_of(w, &split, &[100.0, 100.0], 0..8);
+        assert!(close(b2, bytes) && close(s2, secs), "{b2} {s2} vs {bytes} {secs}");
+        // a slower second device: its stage (with the head) at its own rate
+        let (s_slow, _) = copy_bound_of(w, &split, &[100.0, 50.0], 0..8);
+        let stage = |r: Range<usize>, head: bool| {
+            token_cost_of(w, 0, r.clone(), head).0 + (0..8).map(|p| token_cost_of(w, p, r.clone(), head).2).sum::<f64>()
+        };
+        let want = stage(0..n / 2, false) / 100e9 + stage(n / 2..n, true) / 50e9;
+        assert!(close(s_slow, want), "{s_slow} vs {want}");
+        assert!(s_slow > secs);
+    }
 }

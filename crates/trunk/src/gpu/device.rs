@@ -49,6 +49,15 @@ pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
 /// Warps per block of the decode products (kernels/linear.cu, moe.cu).
 const DECODE_WARPS: usize = 4;
 
+/// Rows each warp of a decode product over `rows` rows takes (4, 2 or 1) on
+/// a device of `sm_count` SMs: the most that still gives every SM two
+/// blocks, so that short matrices keep all SMs busy and tall ones read more
+/// rows per staged activation.
+fn rows_per_warp(rows: usize, sm_count: usize) -> usize {
+    let want = 2 * sm_count * DECODE_WARPS;
+    [4, 2].into_iter().find(|&r| rows / r >= want).unwrap_or(1)
+}
+
 /// A device buffer and its raw address.
 pub struct Buf<T> {
     pub slice: CudaSlice<T>,
@@ -267,7 +276,7 @@ impl Gpu {
         let Some(smem) = row_smem(w.arg.fmt, w.arg.cols as usize) else {
             return Ok(false);
         };
-        let rpw = self.rows_per_warp(nrows * groups);
+        let rpw = rows_per_warp(nrows * groups, self.sm_count);
         let kernel = match rpw {
             4 => "linear_t1_r4",
             2 => "linear_t1_r2",
@@ -277,14 +286,6 @@ impl Gpu {
         crate::launch!(self, kernel, Gpu::cfg(grid, (DECODE_WARPS * 32) as u32, smem);
             w.arg, x, x_group as i32, y, row0 as i32, nrows as i32);
         Ok(true)
-    }
-
-    /// Rows each warp of a decode product takes (4, 2 or 1): the most that
-    /// still gives every SM two blocks, so that short matrices keep all SMs
-    /// busy and tall ones read more rows per staged activation.
-    fn rows_per_warp(&self, rows: usize) -> usize {
-        let want = 2 * self.sm_count * DECODE_WARPS;
-        [4, 2].into_iter().find(|&r| rows / r >= want).unwrap_or(1)
     }
 
     /// RMS-normalize `rows` rows of `width` in place, times `w` (0: none).
@@ -328,4 +329,38 @@ macro_rules! launch {
         // the kernel indexes.
         unsafe { b.launch(cfg) }.map_err(|e| anyhow::anyhow!("launching `{name}`: {e}"))?;
     }};
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_rows_per_warp_keep_two_blocks_per_sm() {
+        // the H200 (132 SMs) at DeepSeek-V4-Flash widths
+        assert_eq!(rows_per_warp(129280, 132), 4); // LM head
+        assert_eq!(rows_per_warp(32768, 132), 4); // wq_b
+        assert_eq!(rows_per_warp(8 * 1024, 132), 4); // wo_a, 8 groups
+        assert_eq!(rows_per_warp(4096, 132), 2); // wo_b
+        assert_eq!(rows_per_warp(2048, 132), 1); // shared expert w1
+        assert_eq!(rows_per_warp(1024, 132), 1); // wq_a
+        for (rows, sms) in [(129280, 132), (4096, 132), (5000, 16), (100, 132)] {
+            let r = rows_per_warp(rows, sms);
+            let blocks = rows.div_ceil(DECODE_WARPS * r);
+            assert!(r == 1 || blocks >= 2 * sms, "{rows} rows on {sms} SMs: {r} per warp leaves {blocks} blocks");
+        }
+    }
+
+    #[test]
+    fn staged_row_bytes_follow_the_chunk_layout() {
+        // FP4 row of 4096: 128 chunks of 32 values, one padding word each
+        assert_eq!(row_smem(3, 4096), Some(128 * 33 * 4));
+        // BF16 row of 4096: 512 chunks of 8
+        assert_eq!(row_smem(1, 4096), Some(512 * 9 * 4));
+        // partial last window rounds up to 32 chunks
+        assert_eq!(row_smem(2, 16 * 33), Some(64 * 17 * 4));
+        // FP8 8192 fits, F32 16384 (81 KiB) does not
+        assert_eq!(row_smem(2, 8192), Some(512 * 17 * 4));
+        assert_eq!(row_smem(0, 16384), None);
+    }
 }
