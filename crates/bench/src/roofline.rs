@@ -366,7 +366,8 @@ mod tests {
         let n = w.layers.len();
         assert!(n >= 2, "the embedded model has {n} layers");
         // one stage: the weights once, every position's cache rows
-        let (secs, bytes) = copy_bound_of(w, &[0..n], &[100.0], 0..8);
+        let whole: [Range<usize>; 1] = [0..n];
+        let (secs, bytes) = copy_bound_of(w, &whole, &[100.0], 0..8);
         let (wb, _, _, _) = token_cost(w, 0);
         let cache: f64 = (0..8).map(|p| token_cost(w, p).2).sum();
         assert!(cache > 0.0);
