@@ -366,7 +366,7 @@ mod tests {
         let n = w.layers.len();
         assert!(n >= 2, "the embedded model has {n} layers");
         // one stage: the weights once, every position's cache rows
-        let whole: [Range<usize>; 1] = [0..n];
+        let whole = [Range { start: 0, end: n }];
         let (secs, bytes) = copy_bound_of(w, &whole, &[100.0], 0..8);
         let (wb, _, _, _) = token_cost(w, 0);
         let cache: f64 = (0..8).map(|p| token_cost(w, p).2).sum();
