@@ -15,7 +15,7 @@ use super::device::{Buf, Gpu};
 use super::profile::ProfileCell;
 use super::state::{GpuState, ScratchDims};
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
-use crate::config::Dsv4Config;
+use crate::config::{AttnKind, Dsv4Config};
 pub use crate::cpu::ops::moe::MoeArm;
 use crate::cpu::ops::rope::Rope;
 use crate::cpu::{Logits, Variant};
@@ -250,6 +250,24 @@ impl Dsv4Gpu {
             .collect()
     }
 
+    /// The most keys one query attends to in a state of `capacity`
+    /// positions: the window and the largest compressed set of any layer
+    /// (as `attention` sizes its launch).
+    fn attention_keys(&self, capacity: usize) -> usize {
+        let c = &self.config;
+        let entries = c
+            .layer_types
+            .iter()
+            .map(|k| match k {
+                AttnKind::Window => 0,
+                AttnKind::Csa => c.index_topk,
+                AttnKind::Hca => capacity / c.hca_ratio + 1,
+            })
+            .max()
+            .unwrap_or(0);
+        c.sliding_window + entries
+    }
+
     fn dims(&self, capacity: usize) -> ScratchDims {
         let c = &self.config;
         ScratchDims {
@@ -289,6 +307,14 @@ impl Dsv4Gpu {
     pub fn alloc_decode_state_with_slack(&self, capacity: usize, chunk_width: usize, slack: usize) -> Result<GpuState> {
         if capacity == 0 || chunk_width == 0 {
             bail!("capacity and chunk width must be positive");
+        }
+        let keys = self.attention_keys(capacity);
+        if keys * super::layer_ops::ATTENTION_SMEM_PER_KEY > 48 << 10 {
+            bail!(
+                "a state for {capacity} positions lets a query attend to {keys} keys; the attention kernel \
+                 holds at most {} in shared memory (kernels/attention.cu)",
+                (48 << 10) / super::layer_ops::ATTENTION_SMEM_PER_KEY
+            );
         }
         let layout = if slack == 0 {
             self.state_layout.layout.clone()

@@ -16,6 +16,10 @@ use crate::launch;
 const ER_GATE_UP: usize = 2;
 const ER_DOWN: usize = 4;
 
+/// Shared bytes `attention_rows` takes per key: its logit (f64) and the
+/// key row's address.
+pub(super) const ATTENTION_SMEM_PER_KEY: usize = 16;
+
 impl Dsv4Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
@@ -128,7 +132,7 @@ impl Dsv4Gpu {
         let kv_ring = &st.kv.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
         let ablock = (hd.div_ceil(32) * 32).clamp(128, 512) as u32;
-        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), ablock, (max_keys * 16) as u32);
+        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), ablock, (max_keys * ATTENTION_SMEM_PER_KEY) as u32);
             sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), sc.attn.ptr);
         if pass == Pass::Commit {
