@@ -27,12 +27,12 @@ __device__ __forceinline__ const float* key_row(int j, int nwin, int first, int 
 
 #define ATT_QM 16  // query values per lane: head_dim <= 32 * ATT_QM (checked by the host)
 
-extern "C" __global__ void attention_rows(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
+extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
                                           const float* __restrict__ local, const float* __restrict__ entries,
                                           const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
                                           int window, const float* __restrict__ sinks, int hd, double scale,
                                           float* __restrict__ out) {
-    extern __shared__ double logits[];  // nk logits, then nk key row addresses
+    extern __shared__ double logits[];  // nk logits, then nk key row addresses (16 bytes a key)
     __shared__ double red[32];
     const int t = blockIdx.x, h = blockIdx.y, heads = gridDim.y;
     const int p = t0 + t;

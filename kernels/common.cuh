@@ -204,6 +204,10 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
 // barrier per 32 chunks) and the bytes in flight (every row's next chunk is
 // loaded before the current ones are used).
 
+// The dynamic shared memory the whole-row kernels stage activations in
+// (one declaration for the translation unit).
+extern __shared__ float xs_dyn[];
+
 // Shared floats a whole staged row of `cols` takes for chunks of E values.
 #define ROW_SMEM(E, cols) ((((cols) / (E) + 31) / 32) * 32 * ((E) + 1))
 

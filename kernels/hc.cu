@@ -69,7 +69,7 @@ extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const float*
 // element, each sum in the CPU twin's order), then the collapsed input.
 // The first two warps run the Sinkhorn iterations (barrier 1, 64 threads)
 // while the others collapse the streams, which needs only `pre`.
-// grid (n), block 256.
+// grid (n), block 256 (any multiple of 32 above HC_SINKHORN_THREADS).
 #define HC_SINKHORN_THREADS 64
 
 __device__ __forceinline__ void sinkhorn_sync() { asm volatile("bar.sync 1, 64;" ::: "memory"); }

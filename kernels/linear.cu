@@ -99,7 +99,6 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const float* x, fl
 
 template <int NR>
 __device__ __forceinline__ void linear_rows(const Mat& w, const float* x, int x_group, float* y, int row0, int nrows) {
-    extern __shared__ float xs_dyn[];
     const int z = blockIdx.z;
     x += (size_t)z * x_group;
     y += (size_t)z * nrows;

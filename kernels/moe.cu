@@ -137,7 +137,6 @@ extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat
                                           const float* __restrict__ x, int d, const int* __restrict__ idx,
                                           const double* __restrict__ wts, int k, const int* __restrict__ pairs,
                                           float lim, int inter, float* __restrict__ h) {
-    extern __shared__ float xs_dyn[];
     const int pair = pairs[blockIdx.y];
     const int e = idx[pair];
     const Mat w1 = w1s[e], w3 = w3s[e];
@@ -180,7 +179,6 @@ __device__ __forceinline__ void down_fmt(const Mat& w2, const float* h, int inte
 extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float* __restrict__ h, int inter,
                                        const int* __restrict__ idx, const int* __restrict__ pairs, int d,
                                        float* __restrict__ out) {
-    extern __shared__ float xs_dyn[];
     const int pair = pairs[blockIdx.y];
     const Mat w2 = w2s[idx[pair]];
     const float* hp = h + (size_t)pair * inter;

@@ -251,8 +251,8 @@ impl Dsv4Gpu {
     }
 
     /// The most keys one query attends to in a state of `capacity`
-    /// positions: the window and the largest compressed set of any layer
-    /// (as `attention` sizes its launch).
+    /// positions: the window and the largest compressed set of any layer,
+    /// or a drafter's block (as `attention` sizes its launch).
     fn attention_keys(&self, capacity: usize) -> usize {
         let c = &self.config;
         let entries = c
@@ -265,7 +265,7 @@ impl Dsv4Gpu {
             })
             .max()
             .unwrap_or(0);
-        c.sliding_window + entries
+        c.sliding_window + entries.max(super::state::LOGIT_ROWS)
     }
 
     fn dims(&self, capacity: usize) -> ScratchDims {
@@ -309,11 +309,11 @@ impl Dsv4Gpu {
             bail!("capacity and chunk width must be positive");
         }
         let keys = self.attention_keys(capacity);
-        if keys * super::layer_ops::ATTENTION_SMEM_PER_KEY > 48 << 10 {
+        let most = super::layer_ops::ATTENTION_MAX_KEYS;
+        if keys > most {
             bail!(
                 "a state for {capacity} positions lets a query attend to {keys} keys; the attention kernel \
-                 holds at most {} in shared memory (kernels/attention.cu)",
-                (48 << 10) / super::layer_ops::ATTENTION_SMEM_PER_KEY
+                 holds at most {most} in shared memory (kernels/attention.cu)"
             );
         }
         let layout = if slack == 0 {

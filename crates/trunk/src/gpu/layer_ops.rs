@@ -20,6 +20,11 @@ const ER_DOWN: usize = 4;
 /// key row's address.
 pub(super) const ATTENTION_SMEM_PER_KEY: usize = 16;
 
+/// Keys `attention_rows` can hold: the 48 KiB a launch gets without opting
+/// in, less its 32 static doubles (3056; at DeepSeek-V4-Flash widths an
+/// HCA layer reaches it at about 375k positions).
+pub(super) const ATTENTION_MAX_KEYS: usize = ((48 << 10) - 32 * 8) / ATTENTION_SMEM_PER_KEY;
+
 impl Dsv4Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
