@@ -114,9 +114,34 @@ template <> struct Fmt<FMT_BF16> { static const int E = 8; };
 template <> struct Fmt<FMT_FP8> { static const int E = 16; };
 template <> struct Fmt<FMT_FP4> { static const int E = 32; };
 
-// Decode the 16-byte chunk `c` (chunk index ci of row r) into w[0..E).
+// A weight row as the dot loop reads it: its chunks and its scales.
+struct RowRef {
+    const uint4* chunks;
+    const u8* scales;
+};
+
 template <int FMT>
-__device__ __forceinline__ void decode_chunk(const Mat& m, int r, int ci, const uint4& c, float* w) {
+__device__ __forceinline__ RowRef row_ref(const Mat& m, int r) {
+    RowRef rr;
+    rr.chunks = (const uint4*)m.data + (size_t)r * (m.cols / Fmt<FMT>::E);
+    if (FMT == FMT_FP8) rr.scales = (const u8*)((const float*)m.scales + (size_t)(r >> 7) * ((m.cols + 127) >> 7));
+    else if (FMT == FMT_FP4) rr.scales = (const u8*)m.scales + (size_t)r * (m.cols >> 5);
+    else rr.scales = 0;
+    return rr;
+}
+
+// The scale of chunk ci (1 where there is none).
+template <int FMT>
+__device__ __forceinline__ float row_scale(const RowRef& rr, int ci) {
+    if (FMT == FMT_FP8) return ((const float*)rr.scales)[ci >> 3];  // column ci*16, tile of 128
+    if (FMT == FMT_FP4) return e8m0_decode(rr.scales[ci]);
+    return 1.0f;
+}
+
+// Values j0 .. j0 + S of a chunk with scale s, S = min(E, 8) (j0 a
+// compile-time multiple of S after unrolling).
+template <int FMT>
+__device__ __forceinline__ void decode_part(const uint4& c, int j0, float s, float* w) {
     const u32 v[4] = {c.x, c.y, c.z, c.w};
     if (FMT == FMT_F32) {
         #pragma unroll
@@ -128,15 +153,27 @@ __device__ __forceinline__ void decode_chunk(const Mat& m, int r, int ci, const 
             w[2 * j + 1] = __uint_as_float(v[j] & 0xffff0000u);
         }
     } else if (FMT == FMT_FP8) {
-        const int k = ci * 16;
-        const float s = ((const float*)m.scales)[(size_t)(r >> 7) * ((m.cols + 127) >> 7) + (k >> 7)];
         #pragma unroll
-        for (int j = 0; j < 16; j++) w[j] = e4m3_decode((v[j >> 2] >> (8 * (j & 3))) & 0xff) * s;
+        for (int j = 0; j < 8; j++) {
+            const int q = j0 + j;
+            w[j] = e4m3_decode((v[q >> 2] >> (8 * (q & 3))) & 0xff) * s;
+        }
     } else {
-        const float s = e8m0_decode(((const u8*)m.scales)[(size_t)r * (m.cols >> 5) + ci]);
         #pragma unroll
-        for (int j = 0; j < 32; j++) w[j] = e2m1_decode((v[j >> 3] >> (4 * (j & 7))) & 0xf) * s;
+        for (int j = 0; j < 8; j++) {
+            const int q = j0 + j;
+            w[j] = e2m1_decode((v[q >> 3] >> (4 * (q & 7))) & 0xf) * s;
+        }
     }
+}
+
+// Decode the 16-byte chunk `c` (chunk index ci of row r) into w[0..E).
+template <int FMT>
+__device__ __forceinline__ void decode_chunk(const Mat& m, int r, int ci, const uint4& c, float* w) {
+    const int E = Fmt<FMT>::E, S = E < 8 ? E : 8;
+    const float s = row_scale<FMT>(row_ref<FMT>(m, r), ci);
+    #pragma unroll
+    for (int j0 = 0; j0 < E; j0 += S) decode_part<FMT>(c, j0, s, w + j0);
 }
 
 // Shared floats block_dot_rows needs for NT tokens.
@@ -248,59 +285,6 @@ __device__ __forceinline__ void stage_row(const float* x, int cols, float* xs) {
     }
 }
 
-// A weight row as the dot loop reads it: its chunks and its scales.
-struct RowRef {
-    const uint4* chunks;
-    const u8* scales;
-};
-
-template <int FMT>
-__device__ __forceinline__ RowRef row_ref(const Mat& m, int r) {
-    RowRef rr;
-    rr.chunks = (const uint4*)m.data + (size_t)r * (m.cols / Fmt<FMT>::E);
-    if (FMT == FMT_FP8) rr.scales = (const u8*)((const float*)m.scales + (size_t)(r >> 7) * ((m.cols + 127) >> 7));
-    else if (FMT == FMT_FP4) rr.scales = (const u8*)m.scales + (size_t)r * (m.cols >> 5);
-    else rr.scales = 0;
-    return rr;
-}
-
-// The scale decode_chunk applies to chunk ci (1 where there is none).
-template <int FMT>
-__device__ __forceinline__ float row_scale(const RowRef& rr, int ci) {
-    if (FMT == FMT_FP8) return ((const float*)rr.scales)[ci >> 3];  // column ci*16, tile of 128
-    if (FMT == FMT_FP4) return e8m0_decode(rr.scales[ci]);
-    return 1.0f;
-}
-
-// Values j0 .. j0 + S of a chunk, S = min(E, 8), exactly as decode_chunk
-// gives them (j0 a compile-time multiple of S after unrolling).
-template <int FMT>
-__device__ __forceinline__ void decode_part(const uint4& c, int j0, float s, float* w) {
-    const u32 v[4] = {c.x, c.y, c.z, c.w};
-    if (FMT == FMT_F32) {
-        #pragma unroll
-        for (int j = 0; j < 4; j++) w[j] = __uint_as_float(v[j]);
-    } else if (FMT == FMT_BF16) {
-        #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            w[2 * j] = bf16_bits(v[j] & 0xffff);
-            w[2 * j + 1] = __uint_as_float(v[j] & 0xffff0000u);
-        }
-    } else if (FMT == FMT_FP8) {
-        #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int q = j0 + j;
-            w[j] = e4m3_decode((v[q >> 2] >> (8 * (q & 3))) & 0xff) * s;
-        }
-    } else {
-        #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int q = j0 + j;
-            w[j] = e2m1_decode((v[q >> 3] >> (4 * (q & 7))) & 0xf) * s;
-        }
-    }
-}
-
 // The first chunk of each of ND rows for this lane (issued before the
 // activations are staged, so that both latencies overlap).
 template <int FMT, int ND>
@@ -360,23 +344,44 @@ __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, cons
     }
 }
 
-// Dot of two f32 vectors by one warp, in f64 (lanes strided, fixed butterfly;
-// eight strides' loads are issued before their products).
-__device__ __forceinline__ double warp_dot(const float* a, const float* b, int n) {
-    const int lane = threadIdx.x & 31;
+// The whole-row sequence every decode kernel runs: the rows' first chunks,
+// the token staged, the barrier, the dots. Every thread of the block calls
+// it; a warp with no rows (`active` false) gets false and no sums.
+template <int FMT, int ND>
+__device__ __forceinline__ bool staged_row_dots(const RowRef* rows, bool active, const float* x, int cols, float* xs,
+                                                double* acc) {
+    uint4 cur[ND];
+    if (active) first_chunks<FMT, ND>(rows, cols, cur);
+    stage_row<Fmt<FMT>::E>(x, cols, xs);
+    __syncthreads();
+    if (!active) return false;
+    warp_dot_rows<FMT, ND>(rows, cols, xs, cur, acc);
+    return true;
+}
+
+// One thread's share of a dot: sum over i = first, first + stride, ... < n
+// of a[i] * b[i], in f64, in that order; eight strides' loads are issued
+// before their products.
+__device__ __forceinline__ double strided_dot(const float* a, const float* b, int n, int first, int stride) {
     double acc = 0.0;
-    for (int i0 = lane; i0 < n; i0 += 8 * 32) {
+    for (int i0 = first; i0 < n; i0 += 8 * stride) {
         float av[8], bv[8];
         #pragma unroll
         for (int u = 0; u < 8; u++) {
-            const int i = i0 + 32 * u;
+            const int i = i0 + stride * u;
             av[u] = i < n ? a[i] : 0.0f;
             bv[u] = i < n ? b[i] : 0.0f;
         }
         #pragma unroll
         for (int u = 0; u < 8; u++)
-            if (i0 + 32 * u < n) acc = fma((double)av[u], (double)bv[u], acc);
+            if (i0 + stride * u < n) acc = fma((double)av[u], (double)bv[u], acc);
     }
+    return acc;
+}
+
+// Dot of two f32 vectors by one warp, in f64 (lanes strided, fixed butterfly).
+__device__ __forceinline__ double warp_dot(const float* a, const float* b, int n) {
+    double acc = strided_dot(a, b, n, threadIdx.x & 31, 32);
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     return acc;

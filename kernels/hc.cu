@@ -15,16 +15,7 @@ __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(
 // Mixes of token row xt (width = hc*d) into mixes[0..nm). Block-wide.
 __device__ __forceinline__ void hc_mixes(const float* xt, int width, const float* fn, int nm, float norm_eps,
                                          double* mixes, double* red) {
-    double ss = 0.0;
-    for (int i0 = threadIdx.x; i0 < width; i0 += 8 * blockDim.x) {
-        float xv[8];
-        #pragma unroll
-        for (int u = 0; u < 8; u++) xv[u] = i0 + u * blockDim.x < width ? xt[i0 + u * blockDim.x] : 0.0f;
-        #pragma unroll
-        for (int u = 0; u < 8; u++)
-            if (i0 + u * blockDim.x < width) ss = fma((double)xv[u], (double)xv[u], ss);
-    }
-    ss = block_sum(ss, red);
+    double ss = block_sum(strided_dot(xt, xt, width, threadIdx.x, blockDim.x), red);
     const double rinv = 1.0 / sqrt(ss / (double)width + (double)norm_eps);
     const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
     for (int j = warp; j < nm; j += nwarps) {

@@ -79,17 +79,12 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const float* x, fl
     const int j0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * NR;
     const bool active = j0 < nrows;
     RowRef rows[NR];
-    uint4 cur[NR];
     if (active) {
         #pragma unroll
         for (int r = 0; r < NR; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
-        first_chunks<FMT, NR>(rows, w.cols, cur);
     }
-    stage_row<Fmt<FMT>::E>(x, w.cols, xs);
-    __syncthreads();
-    if (!active) return;
     double acc[NR];
-    warp_dot_rows<FMT, NR>(rows, w.cols, xs, cur, acc);
+    if (!staged_row_dots<FMT, NR>(rows, active, x, w.cols, xs, acc)) return;
     if (lane == 0) {
         #pragma unroll
         for (int r = 0; r < NR; r++)

@@ -109,7 +109,6 @@ __device__ __forceinline__ void gate_up_fmt(const Mat& w1, const Mat& w3, const 
     const int i0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ER_GATE_UP;
     const bool active = i0 < inter;
     RowRef rows[2 * ER_GATE_UP];
-    uint4 cur[2 * ER_GATE_UP];
     if (active) {
         #pragma unroll
         for (int r = 0; r < ER_GATE_UP; r++) {
@@ -117,13 +116,9 @@ __device__ __forceinline__ void gate_up_fmt(const Mat& w1, const Mat& w3, const 
             rows[r] = row_ref<FMT>(w1, i);
             rows[ER_GATE_UP + r] = row_ref<FMT>(w3, i);
         }
-        first_chunks<FMT, 2 * ER_GATE_UP>(rows, d, cur);
     }
-    stage_row<Fmt<FMT>::E>(x, d, xs);
-    __syncthreads();
-    if (!active) return;
     double acc[2 * ER_GATE_UP];
-    warp_dot_rows<FMT, 2 * ER_GATE_UP>(rows, d, xs, cur, acc);
+    if (!staged_row_dots<FMT, 2 * ER_GATE_UP>(rows, active, x, d, xs, acc)) return;
     if ((threadIdx.x & 31) == 0) {
         #pragma unroll
         for (int r = 0; r < ER_GATE_UP; r++)
@@ -156,17 +151,12 @@ __device__ __forceinline__ void down_fmt(const Mat& w2, const float* h, int inte
     const int j0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ER_DOWN;
     const bool active = j0 < d;
     RowRef rows[ER_DOWN];
-    uint4 cur[ER_DOWN];
     if (active) {
         #pragma unroll
         for (int r = 0; r < ER_DOWN; r++) rows[r] = row_ref<FMT>(w2, min(j0 + r, d - 1));
-        first_chunks<FMT, ER_DOWN>(rows, inter, cur);
     }
-    stage_row<Fmt<FMT>::E>(h, inter, xs);
-    __syncthreads();
-    if (!active) return;
     double acc[ER_DOWN];
-    warp_dot_rows<FMT, ER_DOWN>(rows, inter, xs, cur, acc);
+    if (!staged_row_dots<FMT, ER_DOWN>(rows, active, h, inter, xs, acc)) return;
     if ((threadIdx.x & 31) == 0) {
         #pragma unroll
         for (int r = 0; r < ER_DOWN; r++)

@@ -47,7 +47,7 @@ pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
 }
 
 /// Warps per block of the decode products (kernels/linear.cu, moe.cu).
-const DECODE_WARPS: usize = 4;
+pub const DECODE_WARPS: usize = 4;
 
 /// Rows each warp of a decode product over `rows` rows takes (4, 2 or 1) on
 /// a device of `sm_count` SMs: the most that still gives every SM two

@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use super::device::{row_smem, Gpu};
+use super::device::{row_smem, Gpu, DECODE_WARPS};
 use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
 use super::state::{GpuState, LOGIT_ROWS};
 use super::weights::DevLayer;
@@ -175,21 +175,23 @@ impl Dsv4Gpu {
         self.mark(si, "moe.experts")?;
         let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
         let npairs = n * k;
-        // the expert kernels' grids (4 warps a block) and staged rows
+        // the expert kernels' grids and staged rows
         let (f13, f2) = dl.expert_fmts;
         let smem = |fmt: i32, cols: usize| {
             row_smem(fmt, cols)
                 .with_context(|| format!("an expert input of {cols} values does not fit in shared memory"))
         };
         let (gu_smem, down_smem) = (smem(f13, d)?, smem(f2, inter)?);
-        let (gu_x, down_x) = (inter.div_ceil(4 * ER_GATE_UP) as u32, d.div_ceil(4 * ER_DOWN) as u32);
+        let (gu_x, down_x) =
+            (inter.div_ceil(DECODE_WARPS * ER_GATE_UP) as u32, d.div_ceil(DECODE_WARPS * ER_DOWN) as u32);
+        let block = (DECODE_WARPS * 32) as u32;
         match self.opts.moe {
             MoeArm::Fused => {
-                launch!(g, "expert_gate_up", Gpu::cfg((gu_x, npairs as u32, 1), 128, gu_smem);
+                launch!(g, "expert_gate_up", Gpu::cfg((gu_x, npairs as u32, 1), block, gu_smem);
                     dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, sc.pairs.ptr, lim,
                     inter as i32, sc.hmid.ptr);
                 let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
-                launch!(g, "expert_down", Gpu::cfg((down_x, npairs as u32, 1), 128, down_smem);
+                launch!(g, "expert_down", Gpu::cfg((down_x, npairs as u32, 1), block, down_smem);
                     dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pairs.ptr, d as i32, sc.slot_out.ptr);
             }
             MoeArm::PerExpert => {
@@ -205,7 +207,7 @@ impl Dsv4Gpu {
                 let mut off = 0;
                 for list in &lists {
                     if !list.is_empty() {
-                        launch!(g, "expert_gate_up", Gpu::cfg((gu_x, list.len() as u32, 1), 128, gu_smem);
+                        launch!(g, "expert_gate_up", Gpu::cfg((gu_x, list.len() as u32, 1), block, gu_smem);
                             dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32,
                             sc.pair_lists.at(off), lim, inter as i32, sc.hmid.ptr);
                     }
@@ -215,7 +217,7 @@ impl Dsv4Gpu {
                 let mut off = 0;
                 for list in &lists {
                     if !list.is_empty() {
-                        launch!(g, "expert_down", Gpu::cfg((down_x, list.len() as u32, 1), 128, down_smem);
+                        launch!(g, "expert_down", Gpu::cfg((down_x, list.len() as u32, 1), block, down_smem);
                             dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pair_lists.at(off), d as i32, sc.slot_out.ptr);
                     }
                     off += list.len();
