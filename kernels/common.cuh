@@ -40,7 +40,7 @@ struct Mat {
     int rows;
     int cols;
     int fmt;
-    int pad;
+    int scaled;   // 1: scaled-code products are exact for every chunk (see Code below)
 };
 
 __device__ __forceinline__ float bf16_bits(u32 b) { return __uint_as_float(b << 16); }
@@ -100,13 +100,13 @@ __device__ __forceinline__ void load8(const Mat& m, int r, int k, float* w) {
 }
 
 // Weight rows are read in 16-byte chunks: 4 F32, 8 BF16, 16 FP8 or 32 FP4
-// values. The warps of a block each own one row; the block walks the
-// columns in slices of 32 chunks, lane l taking chunk l of each slice (the
-// next slice's chunk is loaded before the current one is used). The
-// activations of the slice are staged in shared memory first, coalesced,
-// one padding word per chunk so that lanes read without bank conflicts.
-// Sums are f64; the order depends only on the row length, never on how
-// many tokens share the weights.
+// values. Lane l of the warp that owns a row takes chunks l, l + 32, ...;
+// each chunk's products are summed into a partial (f64, from zero, in
+// column order), the partial is added to the lane's sum, and the 32 lane
+// sums meet in a fixed butterfly. That order depends only on the row
+// length, never on how many tokens share the weights, and every kernel
+// that reduces a weight row (prefill tiles, decode rows, the experts)
+// keeps it.
 
 template <int FMT> struct Fmt;
 template <> struct Fmt<FMT_F32> { static const int E = 4; };
@@ -138,42 +138,73 @@ __device__ __forceinline__ float row_scale(const RowRef& rr, int ci) {
     return 1.0f;
 }
 
-// Values j0 .. j0 + S of a chunk with scale s, S = min(E, 8) (j0 a
-// compile-time multiple of S after unrolling).
+// Value j of a chunk with scale s, dequantized to f32 as the CPU does.
 template <int FMT>
-__device__ __forceinline__ void decode_part(const uint4& c, int j0, float s, float* w) {
+__device__ __forceinline__ float dequant_value(const uint4& c, int j, float s) {
     const u32 v[4] = {c.x, c.y, c.z, c.w};
-    if (FMT == FMT_F32) {
-        #pragma unroll
-        for (int j = 0; j < 4; j++) w[j] = __uint_as_float(v[j]);
-    } else if (FMT == FMT_BF16) {
-        #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            w[2 * j] = bf16_bits(v[j] & 0xffff);
-            w[2 * j + 1] = __uint_as_float(v[j] & 0xffff0000u);
-        }
-    } else if (FMT == FMT_FP8) {
-        #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int q = j0 + j;
-            w[j] = e4m3_decode((v[q >> 2] >> (8 * (q & 3))) & 0xff) * s;
-        }
-    } else {
-        #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int q = j0 + j;
-            w[j] = e2m1_decode((v[q >> 3] >> (4 * (q & 7))) & 0xf) * s;
-        }
-    }
+    if (FMT == FMT_F32) return __uint_as_float(v[j]);
+    if (FMT == FMT_BF16) return (j & 1) ? __uint_as_float(v[j >> 1] & 0xffff0000u) : bf16_bits(v[j >> 1] & 0xffff);
+    if (FMT == FMT_FP8) return e4m3_decode((v[j >> 2] >> (8 * (j & 3))) & 0xff) * s;
+    return e2m1_decode((v[j >> 3] >> (4 * (j & 7))) & 0xf) * s;
 }
 
 // Decode the 16-byte chunk `c` (chunk index ci of row r) into w[0..E).
 template <int FMT>
 __device__ __forceinline__ void decode_chunk(const Mat& m, int r, int ci, const uint4& c, float* w) {
-    const int E = Fmt<FMT>::E, S = E < 8 ? E : 8;
     const float s = row_scale<FMT>(row_ref<FMT>(m, r), ci);
     #pragma unroll
-    for (int j0 = 0; j0 < E; j0 += S) decode_part<FMT>(c, j0, s, w + j0);
+    for (int j = 0; j < Fmt<FMT>::E; j++) w[j] = dequant_value<FMT>(c, j, s);
+}
+
+// Scaled-code products (the decode kernels, where Mat.scaled is set).
+// A weight's code bits placed in the high word of an f64 (sign to the sign
+// bit, exponent and mantissa just below the f64 exponent's top bits) make
+// the f64 value * 2^-P exactly, the code's subnormals included (they land
+// on f64 subnormals with the same factor): two integer instructions a
+// weight instead of a decode, a scale multiply and a conversion. With the
+// activation staged as x * 2^(P - 127), each product is value * x * 2^-127:
+// exact, and for finite f32 x never subnormal nor infinite. A chunk's
+// partial times scale * 2^127 (a power of two) is then the partial the
+// dequantized weights give, to the bit: power-of-two scaling commutes with
+// f64 rounding away from subnormals and overflow. Mat.scaled is set at
+// upload where that holds for every chunk (gpu/weights.rs `codes_scale_exactly`:
+// no Inf/NaN codes, FP8 scales powers of two in [2^-126, 2^119], FP4 scale
+// bytes <= 252); other matrices take the same order on dequantized weights.
+template <int FMT> struct Code;
+template <> struct Code<FMT_F32> { static const int P = 896; };
+template <> struct Code<FMT_BF16> { static const int P = 896; };
+template <> struct Code<FMT_FP8> { static const int P = 1016; };
+template <> struct Code<FMT_FP4> { static const int P = 1022; };
+
+// 2^e as an f64 (-1022 <= e <= 1023).
+__device__ __forceinline__ double pow2d(int e) { return __hiloint2double((e + 1023) << 20, 0); }
+
+// Value j of a chunk as value * 2^-P.
+template <int FMT>
+__device__ __forceinline__ double code_value(const uint4& c, int j) {
+    const u32 v[4] = {c.x, c.y, c.z, c.w};
+    if (FMT == FMT_FP4) {  // nibble to the top, then S.EE.M to bits 31, 21..19
+        const int t = (int)(v[j >> 3] << (28 - 4 * (j & 7)));
+        return __hiloint2double((int)((u32)(t >> 9) & 0x80380000u), 0);
+    }
+    if (FMT == FMT_FP8) {  // byte to the top, then S.EEEE.MMM to bits 31, 23..17
+        const int t = (int)(v[j >> 2] << (24 - 8 * (j & 3)));
+        return __hiloint2double((int)((u32)(t >> 7) & 0x80FE0000u), 0);
+    }
+    if (FMT == FMT_BF16) {  // half to the top, then S.E8.M7 to bits 31, 27..13
+        const int t = (int)((j & 1) ? v[j >> 1] : v[j >> 1] << 16);
+        return __hiloint2double((int)((u32)(t >> 3) & 0x8FFFE000u), 0);
+    }
+    const int t = (int)v[j];  // S.E8.M23 to bits 31, 27..0 and the low word's top three
+    return __hiloint2double((int)((u32)(t >> 3) & 0x8FFFFFFFu), (int)(v[j] << 29));
+}
+
+// scale * 2^127 of chunk ci, the factor its scaled-code partial takes.
+template <int FMT>
+__device__ __forceinline__ double chunk_factor(const RowRef& rr, int ci) {
+    if (FMT == FMT_FP8) return pow2d((int)(((const u32*)rr.scales)[ci >> 3] >> 23));  // 2^(E-127) * 2^127
+    if (FMT == FMT_FP4) return pow2d((int)rr.scales[ci]);                             // 2^(e-127) * 2^127
+    return pow2d(127);
 }
 
 // Shared floats block_dot_rows needs for NT tokens.
@@ -181,8 +212,10 @@ __device__ __forceinline__ void decode_chunk(const Mat& m, int r, int ci, const 
 
 // Dot products of row r (warp-owned; `active` false for warps past the
 // last row, which still help stage) with NT token vectors x + t*x_stride,
-// nt of them real. xs: shared, DOT_SMEM(E, NT) floats. Every lane of an
-// active warp gets each full sum.
+// nt of them real, on dequantized weights. xs: shared, DOT_SMEM(E, NT)
+// floats: the block walks the columns in windows of 32 chunks, staging each
+// window's activations (one padding word per chunk, so that lanes read
+// without bank conflicts). Every lane of an active warp gets each full sum.
 template <int FMT, int NT>
 __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active, const float* x, int x_stride, int nt,
                                                double* acc, float* xs) {
@@ -213,10 +246,10 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
             for (int t = 0; t < NT; t++) {
                 if (t < nt) {
                     const float* xr = xs + t * row_words + lane * (E + 1);
-                    double a = acc[t];
+                    double p = 0.0;
                     #pragma unroll
-                    for (int j = 0; j < E; j++) a = fma((double)w[j], (double)xr[j], a);
-                    acc[t] = a;
+                    for (int j = 0; j < E; j++) p = fma((double)w[j], (double)xr[j], p);
+                    acc[t] += p;
                 }
             }
         }
@@ -232,33 +265,32 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
 }
 
 // One token against many rows (decode). The token's whole row is staged in
-// shared memory once per block, in block_dot_rows' window layout, and each
-// warp takes several rows at once: lane l walks chunks l, l + 32, ... of
-// every row together, converting each activation to f64 once for all of
-// them. Each row's sum is block_dot_rows' (same per-lane chunk order, same
-// fma order inside a chunk, same butterfly), so the bits do not change;
-// what changes is the work per weight (no activation conversion per row, no
-// barrier per 32 chunks) and the bytes in flight (every row's next chunk is
-// loaded before the current ones are used).
+// shared memory once per block, as f64 (scaled by 2^(P - 127) for
+// scaled-code products), chunk ci at ci * (E + 2) (two padding values keep
+// each lane's 16-byte reads apart in the banks), and each warp takes ND
+// rows at once: lane l walks chunks l, l + 32, ... of every row together,
+// reading each activation once for all of them. Each row's sum is
+// block_dot_rows' (same chunk order, partials and butterfly), so the bits
+// do not depend on the kernel; what changes is the work per weight and the
+// bytes in flight (every row's next chunk is loaded before the current ones
+// are used).
 
 // The dynamic shared memory the whole-row kernels stage activations in
 // (one declaration for the translation unit).
-extern __shared__ float xs_dyn[];
+extern __shared__ double xs_dyn[];
 
-// Shared floats a whole staged row of `cols` takes for chunks of E values.
-#define ROW_SMEM(E, cols) ((((cols) / (E) + 31) / 32) * 32 * ((E) + 1))
+// Shared doubles a whole staged row of `cols` takes for chunks of E values
+// (gpu/device.rs `row_smem`).
+#define ROW_SMEM(E, cols) (((cols) / (E)) * ((E) + 2))
 
-// Stage x[0..cols) for chunks of E values (all threads; the caller syncs).
-// Each thread issues its loads eight 16-byte vectors at a time before it
-// stores any, so a block waits for about one memory latency, not one per
-// element.
+// Stage x[0..cols) * xscale as f64 for chunks of E values (all threads; the
+// caller syncs). Each thread issues its loads eight 16-byte vectors at a
+// time before it stores any, so a block waits for about one memory latency,
+// not one per element.
 template <int E>
-__device__ __forceinline__ void stage_row(const float* x, int cols, float* xs) {
+__device__ __forceinline__ void stage_row(const float* x, int cols, double xscale, double* xs) {
     if ((cols & 3) != 0 || (((size_t)x) & 15) != 0) {
-        for (int i = threadIdx.x; i < cols; i += blockDim.x) {
-            const int wd = i / (32 * E), e = i % (32 * E);
-            xs[wd * 32 * (E + 1) + e + e / E] = x[i];
-        }
+        for (int i = threadIdx.x; i < cols; i += blockDim.x) xs[(i / E) * (E + 2) + i % E] = (double)x[i] * xscale;
         return;
     }
     const float4* x4 = (const float4*)x;
@@ -274,12 +306,10 @@ __device__ __forceinline__ void stage_row(const float* x, int cols, float* xs) {
         for (int u = 0; u < 8; u++) {
             const int i = base + u * blockDim.x;
             if (i < n4) {
-                const int k = 4 * i, wd = k / (32 * E), e = k % (32 * E);
-                float* d = xs + wd * 32 * (E + 1) + e + e / E;  // E is a multiple of 4: one chunk
-                d[0] = v[u].x;
-                d[1] = v[u].y;
-                d[2] = v[u].z;
-                d[3] = v[u].w;
+                const int k = 4 * i;  // E is a multiple of 4: one chunk
+                double2* d = (double2*)(xs + (k / E) * (E + 2) + k % E);
+                d[0] = make_double2((double)v[u].x * xscale, (double)v[u].y * xscale);
+                d[1] = make_double2((double)v[u].z * xscale, (double)v[u].w * xscale);
             }
         }
     }
@@ -297,10 +327,11 @@ __device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4
 
 // Dots of the staged token with ND rows (any mix of matrices of one format
 // and width `cols`), by one warp, from the chunks first_chunks loaded;
-// every lane gets every sum.
-template <int FMT, int ND>
-__device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, const float* xs, uint4* cur, double* acc) {
-    const int E = Fmt<FMT>::E, S = E < 8 ? E : 8;
+// every lane gets every sum. SCALED: scaled-code products (the row staged
+// with xscale pow2d(P - 127)); otherwise dequantized weights (xscale 1).
+template <int FMT, int ND, bool SCALED>
+__device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, const double* xs, uint4* cur, double* acc) {
+    const int E = Fmt<FMT>::E;
     const int lane = threadIdx.x & 31;
     const int nch = cols / E;
     #pragma unroll
@@ -314,26 +345,33 @@ __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, cons
             for (int q = 0; q < ND; q++) nxt[q] = rows[q].chunks[ci + 32];
         }
         float s[ND];
+        double f[ND], p[ND];
         #pragma unroll
-        for (int q = 0; q < ND; q++) s[q] = row_scale<FMT>(rows[q], ci);
-        const float* xr = xs + (ci >> 5) * 32 * (E + 1) + lane * (E + 1);
+        for (int q = 0; q < ND; q++) {
+            if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
+            else s[q] = row_scale<FMT>(rows[q], ci);
+            p[q] = 0.0;
+        }
+        const double2* xr = (const double2*)(xs + ci * (E + 2));
         #pragma unroll
-        for (int j0 = 0; j0 < E; j0 += S) {
-            double xd[S];
-            #pragma unroll
-            for (int j = 0; j < S; j++) xd[j] = (double)xr[j0 + j];
+        for (int j = 0; j < E; j += 2) {
+            const double2 xv = xr[j >> 1];
             #pragma unroll
             for (int q = 0; q < ND; q++) {
-                float w[S];
-                decode_part<FMT>(cur[q], j0, s[q], w);
-                double a = acc[q];
-                #pragma unroll
-                for (int j = 0; j < S; j++) a = fma((double)w[j], xd[j], a);
-                acc[q] = a;
+                if (SCALED) {
+                    p[q] = fma(code_value<FMT>(cur[q], j), xv.x, p[q]);
+                    p[q] = fma(code_value<FMT>(cur[q], j + 1), xv.y, p[q]);
+                } else {
+                    p[q] = fma((double)dequant_value<FMT>(cur[q], j, s[q]), xv.x, p[q]);
+                    p[q] = fma((double)dequant_value<FMT>(cur[q], j + 1, s[q]), xv.y, p[q]);
+                }
             }
         }
         #pragma unroll
-        for (int q = 0; q < ND; q++) cur[q] = nxt[q];
+        for (int q = 0; q < ND; q++) {
+            acc[q] = SCALED ? fma(p[q], f[q], acc[q]) : acc[q] + p[q];
+            cur[q] = nxt[q];
+        }
     }
     #pragma unroll
     for (int q = 0; q < ND; q++) {
@@ -346,16 +384,18 @@ __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, cons
 
 // The whole-row sequence every decode kernel runs: the rows' first chunks,
 // the token staged, the barrier, the dots. Every thread of the block calls
-// it; a warp with no rows (`active` false) gets false and no sums.
+// it with the same `scaled` (every row's Mat.scaled); a warp with no rows
+// (`active` false) gets false and no sums.
 template <int FMT, int ND>
-__device__ __forceinline__ bool staged_row_dots(const RowRef* rows, bool active, const float* x, int cols, float* xs,
-                                                double* acc) {
+__device__ __forceinline__ bool staged_row_dots(const RowRef* rows, bool active, bool scaled, const float* x,
+                                                int cols, double* xs, double* acc) {
     uint4 cur[ND];
     if (active) first_chunks<FMT, ND>(rows, cols, cur);
-    stage_row<Fmt<FMT>::E>(x, cols, xs);
+    stage_row<Fmt<FMT>::E>(x, cols, scaled ? pow2d(Code<FMT>::P - 127) : 1.0, xs);
     __syncthreads();
     if (!active) return false;
-    warp_dot_rows<FMT, ND>(rows, cols, xs, cur, acc);
+    if (scaled) warp_dot_rows<FMT, ND, true>(rows, cols, xs, cur, acc);
+    else warp_dot_rows<FMT, ND, false>(rows, cols, xs, cur, acc);
     return true;
 }
 

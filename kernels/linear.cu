@@ -70,11 +70,11 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
 
 // Decode (one token): the activation row staged whole, each warp NR rows at
 // once (warp_dot_rows; the same sums as above). grid (ceil(nrows / (4 * NR)),
-// 1, groups), block 128, dynamic smem ROW_SMEM(E, cols) floats. Group z:
+// 1, groups), block 128, dynamic smem ROW_SMEM(E, cols) doubles. Group z:
 // rows row0 + z*nrows .., input x + z*x_group, outputs y + z*nrows.
 template <int FMT, int NR>
 __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const float* x, float* y, int row0, int nrows,
-                                                float* xs) {
+                                                double* xs) {
     const int lane = threadIdx.x & 31;
     const int j0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * NR;
     const bool active = j0 < nrows;
@@ -84,7 +84,7 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const float* x, fl
         for (int r = 0; r < NR; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
     }
     double acc[NR];
-    if (!staged_row_dots<FMT, NR>(rows, active, x, w.cols, xs, acc)) return;
+    if (!staged_row_dots<FMT, NR>(rows, active, w.scaled != 0, x, w.cols, xs, acc)) return;
     if (lane == 0) {
         #pragma unroll
         for (int r = 0; r < NR; r++)

@@ -105,7 +105,7 @@ __device__ __forceinline__ float swiglu(float g, float u, float lim, double w) {
 
 template <int FMT>
 __device__ __forceinline__ void gate_up_fmt(const Mat& w1, const Mat& w3, const float* x, int d, double wt, float lim,
-                                            int inter, float* h, float* xs) {
+                                            int inter, float* h, double* xs) {
     const int i0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ER_GATE_UP;
     const bool active = i0 < inter;
     RowRef rows[2 * ER_GATE_UP];
@@ -118,7 +118,7 @@ __device__ __forceinline__ void gate_up_fmt(const Mat& w1, const Mat& w3, const 
         }
     }
     double acc[2 * ER_GATE_UP];
-    if (!staged_row_dots<FMT, 2 * ER_GATE_UP>(rows, active, x, d, xs, acc)) return;
+    if (!staged_row_dots<FMT, 2 * ER_GATE_UP>(rows, active, w1.scaled && w3.scaled, x, d, xs, acc)) return;
     if ((threadIdx.x & 31) == 0) {
         #pragma unroll
         for (int r = 0; r < ER_GATE_UP; r++)
@@ -127,7 +127,7 @@ __device__ __forceinline__ void gate_up_fmt(const Mat& w1, const Mat& w3, const 
 }
 
 // grid (ceil(inter / (4 * ER_GATE_UP)), npairs), block 128, dynamic smem
-// ROW_SMEM(E, d) floats for the experts' format.
+// ROW_SMEM(E, d) doubles for the experts' format.
 extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat* __restrict__ w3s,
                                           const float* __restrict__ x, int d, const int* __restrict__ idx,
                                           const double* __restrict__ wts, int k, const int* __restrict__ pairs,
@@ -147,7 +147,7 @@ extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat
 }
 
 template <int FMT>
-__device__ __forceinline__ void down_fmt(const Mat& w2, const float* h, int inter, int d, float* out, float* xs) {
+__device__ __forceinline__ void down_fmt(const Mat& w2, const float* h, int inter, int d, float* out, double* xs) {
     const int j0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * ER_DOWN;
     const bool active = j0 < d;
     RowRef rows[ER_DOWN];
@@ -156,7 +156,7 @@ __device__ __forceinline__ void down_fmt(const Mat& w2, const float* h, int inte
         for (int r = 0; r < ER_DOWN; r++) rows[r] = row_ref<FMT>(w2, min(j0 + r, d - 1));
     }
     double acc[ER_DOWN];
-    if (!staged_row_dots<FMT, ER_DOWN>(rows, active, h, inter, xs, acc)) return;
+    if (!staged_row_dots<FMT, ER_DOWN>(rows, active, w2.scaled != 0, h, inter, xs, acc)) return;
     if ((threadIdx.x & 31) == 0) {
         #pragma unroll
         for (int r = 0; r < ER_DOWN; r++)
@@ -165,7 +165,7 @@ __device__ __forceinline__ void down_fmt(const Mat& w2, const float* h, int inte
 }
 
 // grid (ceil(d / (4 * ER_DOWN)), npairs), block 128, dynamic smem
-// ROW_SMEM(E, inter) floats for the experts' format.
+// ROW_SMEM(E, inter) doubles for the experts' format.
 extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float* __restrict__ h, int inter,
                                        const int* __restrict__ idx, const int* __restrict__ pairs, int d,
                                        float* __restrict__ out) {

@@ -37,13 +37,21 @@ fn chunk_values(fmt: i32) -> usize {
     }
 }
 
+/// The most dynamic shared memory a whole-row decode kernel opts in to:
+/// two blocks still fit on an H100/H200 SM (228 KiB).
+pub const ROW_SMEM_MAX: usize = 112 << 10;
+
+/// The kernels that stage a whole activation row (kernels/common.cuh
+/// `staged_row_dots`) and so opt in to [`ROW_SMEM_MAX`].
+const WHOLE_ROW_KERNELS: [&str; 5] = ["linear_t1_r1", "linear_t1_r2", "linear_t1_r4", "expert_gate_up", "expert_down"];
+
 /// Shared bytes a decode kernel needs to stage one whole activation row of
-/// `cols` for weights of format `fmt` (kernels/common.cuh `ROW_SMEM`), or
-/// None above the 48 KiB a launch gets without opting in.
+/// `cols` for weights of format `fmt` (kernels/common.cuh `ROW_SMEM`: f64
+/// values, two padding values per chunk), or None above [`ROW_SMEM_MAX`].
 pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
     let e = chunk_values(fmt);
-    let bytes = (cols / e).div_ceil(32) * 32 * (e + 1) * 4;
-    (bytes <= 48 << 10).then_some(bytes as u32)
+    let bytes = cols / e * (e + 2) * 8;
+    (bytes <= ROW_SMEM_MAX).then_some(bytes as u32)
 }
 
 /// Warps per block of the decode products (kernels/linear.cu, moe.cu).
@@ -102,6 +110,13 @@ impl Gpu {
         let mut kernels = HashMap::new();
         for &k in nvrtc::KERNELS {
             let f = module.load_function(k).map_err(|e| anyhow!("kernel `{k}`: {e}"))?;
+            if WHOLE_ROW_KERNELS.contains(&k) {
+                f.set_attribute(
+                    cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    ROW_SMEM_MAX as i32,
+                )
+                .map_err(|e| anyhow!("kernel `{k}`: opting in to {ROW_SMEM_MAX} bytes of shared memory: {e}"))?;
+            }
             kernels.insert(k, f);
         }
         let sm_count = ctx
@@ -353,14 +368,13 @@ mod tests {
 
     #[test]
     fn staged_row_bytes_follow_the_chunk_layout() {
-        // FP4 row of 4096: 128 chunks of 32 values, one padding word each
-        assert_eq!(row_smem(3, 4096), Some(128 * 33 * 4));
+        // FP4 row of 4096: 128 chunks of 32 f64 values, two padding values each
+        assert_eq!(row_smem(3, 4096), Some(128 * 34 * 8));
         // BF16 row of 4096: 512 chunks of 8
-        assert_eq!(row_smem(1, 4096), Some(512 * 9 * 4));
-        // partial last window rounds up to 32 chunks
-        assert_eq!(row_smem(2, 16 * 33), Some(64 * 17 * 4));
-        // FP8 8192 fits, F32 16384 (81 KiB) does not
-        assert_eq!(row_smem(2, 8192), Some(512 * 17 * 4));
+        assert_eq!(row_smem(1, 4096), Some(512 * 10 * 8));
+        assert_eq!(row_smem(2, 16 * 33), Some(33 * 18 * 8));
+        // FP8 8192 (wo_b) fits with the opt-in, F32 16384 (192 KiB) does not
+        assert_eq!(row_smem(2, 8192), Some(512 * 18 * 8));
         assert_eq!(row_smem(0, 16384), None);
     }
 }

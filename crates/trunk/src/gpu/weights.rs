@@ -21,7 +21,9 @@ pub struct MatArg {
     pub rows: i32,
     pub cols: i32,
     pub fmt: i32,
-    pub pad: i32,
+    /// 1 where the kernels' scaled-code products are exact for every chunk
+    /// ([`codes_scale_exactly`]).
+    pub scaled: i32,
 }
 
 // SAFETY: plain old data with the layout of the C struct `Mat`; all-zero
@@ -82,6 +84,7 @@ impl DevMat {
                 (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None, FMT_F32)
             }
         };
+        let scaled = codes_scale_exactly(fmt, &bytes, scales.as_deref()) as i32;
         let data = gpu.upload(&bytes)?;
         let scales = match scales {
             Some(s) => Some(gpu.upload(&s)?),
@@ -93,9 +96,32 @@ impl DevMat {
             rows: m.rows as i32,
             cols: m.cols as i32,
             fmt,
-            pad: 0,
+            scaled,
         };
         Ok(DevMat { _data: data, _scales: scales, arg })
+    }
+}
+
+/// Whether the decode kernels may multiply raw codes and scale each chunk's
+/// partial sum (kernels/common.cuh `Code`) with the same bits as the
+/// dequantized weights give: no Inf or NaN codes (F32, BF16, FP8), FP8
+/// scales positive powers of two in [2^-126, 2^119] (every code times the
+/// scale exact in f32), FP4 scale bytes at most 252 (6 * 2^125 still
+/// finite). `bytes` and `scales` as they go to the device.
+pub fn codes_scale_exactly(fmt: i32, bytes: &[u8], scales: Option<&[u8]>) -> bool {
+    let scales = scales.unwrap_or(&[]);
+    match fmt {
+        FMT_F32 => bytes.chunks_exact(4).all(|w| (w[3] & 0x7F, w[2] & 0x80) != (0x7F, 0x80)),
+        FMT_BF16 => bytes.chunks_exact(2).all(|h| (h[1] & 0x7F, h[0] & 0x80) != (0x7F, 0x80)),
+        FMT_FP8 => {
+            bytes.iter().all(|&b| b & 0x7F != 0x7F)
+                && scales.chunks_exact(4).all(|w| {
+                    let bits = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+                    bits & 0x807F_FFFF == 0 && (1..=246).contains(&(bits >> 23))
+                })
+        }
+        FMT_FP4 => scales.iter().all(|&e| e <= 252),
+        _ => false,
     }
 }
 
@@ -265,4 +291,40 @@ pub fn device_bytes(w: &Dsv4Weights, layers: std::ops::Range<usize>, embed: bool
         n += l.ffn.tid2eid.as_ref().map_or(0, |t| t.len() * 4);
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn scaled_codes_need_finite_codes_and_power_of_two_scales() {
+        // F32 and BF16: any finite value (subnormals included), no Inf/NaN
+        assert!(codes_scale_exactly(FMT_F32, &f32s(&[1.5, -0.0, 1e-45, f32::MAX]), None));
+        assert!(!codes_scale_exactly(FMT_F32, &f32s(&[1.0, f32::INFINITY]), None));
+        assert!(!codes_scale_exactly(FMT_F32, &f32s(&[f32::NAN]), None));
+        let bf = |x: f32| crate::weights::formats::f32_to_bf16(x).to_le_bytes();
+        assert!(codes_scale_exactly(FMT_BF16, &[bf(-3.0), bf(1e-40)].concat(), None));
+        assert!(!codes_scale_exactly(FMT_BF16, &[bf(1.0), bf(f32::NEG_INFINITY)].concat(), None));
+        // FP8: NaN codes (S.1111.111) and scales that are not powers of two
+        // in range take the dequantized path
+        let one = f32s(&[1.0]);
+        assert!(codes_scale_exactly(FMT_FP8, &[0x00, 0x7E, 0xFE, 0x01], Some(&one)));
+        assert!(!codes_scale_exactly(FMT_FP8, &[0x00, 0xFF], Some(&one)));
+        assert!(!codes_scale_exactly(FMT_FP8, &[0x7F], Some(&one)));
+        for good in [2f32.powi(-126), 0.25, 2f32.powi(119)] {
+            assert!(codes_scale_exactly(FMT_FP8, &[0x38], Some(&f32s(&[good]))), "{good}");
+        }
+        for bad in [0.3f32, -1.0, 0.0, 2f32.powi(-127), 2f32.powi(120), f32::INFINITY, f32::NAN] {
+            assert!(!codes_scale_exactly(FMT_FP8, &[0x38], Some(&f32s(&[bad]))), "{bad}");
+        }
+        // FP4: scale bytes up to 252
+        assert!(codes_scale_exactly(FMT_FP4, &[0xFF, 0x77], Some(&[0, 127, 252])));
+        assert!(!codes_scale_exactly(FMT_FP4, &[0x11], Some(&[127, 253])));
+        assert!(!codes_scale_exactly(FMT_FP4, &[0x11], Some(&[255])));
+    }
 }
