@@ -1,28 +1,54 @@
-// argmax.cu — index of the largest logit per row, ties to the lower index
-// (CPU twin: generate.rs argmax). grid (rows), block 256.
-extern "C" __global__ void argmax_rows(const float* __restrict__ x, int width, int* __restrict__ out) {
+// argmax.cu — index of the largest logit per row, ties to the lower index,
+// NaN never chosen (CPU twin: generate.rs argmax). Two launches: slices of
+// each row reduce to (value, index) partials, then one block per row
+// reduces its partials. The comparison orders (value, index) pairs totally
+// (NaN values never replace a pair), so the answer does not depend on how
+// the row is split.
+#define ARGMAX_SLICES 64
+
+__device__ __forceinline__ void argmax_take(float f, int i, float& v, int& idx) {
+    if (f > v || (f == v && i < idx)) {
+        v = f;
+        idx = i;
+    }
+}
+
+// Block-wide (blockDim.x a power of two, at most 256); thread 0 gets it.
+__device__ __forceinline__ void argmax_block(float& v, int& idx) {
     __shared__ float bv[256];
     __shared__ int bi[256];
-    const float* r = x + (size_t)blockIdx.x * width;
-    float v = -INFINITY;
-    int idx = 0x7fffffff;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        const float f = r[i];
-        if (f > v || (f == v && i < idx)) { v = f; idx = i; }
-    }
     bv[threadIdx.x] = v;
     bi[threadIdx.x] = idx;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            const float ov = bv[threadIdx.x + s];
-            const int oi = bi[threadIdx.x + s];
-            if (ov > bv[threadIdx.x] || (ov == bv[threadIdx.x] && oi < bi[threadIdx.x])) {
-                bv[threadIdx.x] = ov;
-                bi[threadIdx.x] = oi;
-            }
-        }
+        if (threadIdx.x < s) argmax_take(bv[threadIdx.x + s], bi[threadIdx.x + s], bv[threadIdx.x], bi[threadIdx.x]);
         __syncthreads();
     }
-    if (threadIdx.x == 0) out[blockIdx.x] = bi[0];
+    v = bv[0];
+    idx = bi[0];
+}
+
+// grid (rows, ARGMAX_SLICES), block 256: the best (value, index) of each
+// slice of each row into pv/pi[row * ARGMAX_SLICES + slice].
+extern "C" __global__ void argmax_slices(const float* __restrict__ x, int width, float* __restrict__ pv,
+                                         int* __restrict__ pi) {
+    const float* r = x + (size_t)blockIdx.x * width;
+    const int len = (width + ARGMAX_SLICES - 1) / ARGMAX_SLICES;
+    const int lo = blockIdx.y * len, hi = min(width, lo + len);
+    float v = -INFINITY;
+    int idx = 0x7fffffff;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) argmax_take(r[i], i, v, idx);
+    argmax_block(v, idx);
+    if (threadIdx.x == 0) {
+        pv[(size_t)blockIdx.x * ARGMAX_SLICES + blockIdx.y] = v;
+        pi[(size_t)blockIdx.x * ARGMAX_SLICES + blockIdx.y] = idx;
+    }
+}
+
+// grid (rows), block ARGMAX_SLICES: each row's partials into out[row].
+extern "C" __global__ void argmax_rows(const float* __restrict__ pv, const int* __restrict__ pi, int* __restrict__ out) {
+    float v = pv[(size_t)blockIdx.x * ARGMAX_SLICES + threadIdx.x];
+    int idx = pi[(size_t)blockIdx.x * ARGMAX_SLICES + threadIdx.x];
+    argmax_block(v, idx);
+    if (threadIdx.x == 0) out[blockIdx.x] = idx;
 }

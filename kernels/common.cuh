@@ -315,62 +315,79 @@ __device__ __forceinline__ void stage_row(const float* x, int cols, double xscal
     }
 }
 
-// The first chunk of each of ND rows for this lane (issued before the
-// activations are staged, so that both latencies overlap).
+// Threads of a whole-row decode block (gpu/device.rs DECODE_WARPS warps);
+// the kernels ask for four blocks an SM (at most 128 registers a thread).
+#define DECODE_THREADS 128
+
+// Chunks each lane keeps in flight per row when a warp takes ND rows: 8
+// chunks (128 bytes) a lane whatever ND, so that short rows are read in
+// one or two memory latencies.
+#define RING(ND) (8 / (ND))
+
+// The first RING(ND) chunks of each of ND rows for this lane (issued
+// before the activations are staged, so that both latencies overlap).
 template <int FMT, int ND>
-__device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4* cur) {
+__device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4 (*buf)[RING(ND)]) {
     const int lane = threadIdx.x & 31;
     const int nch = cols / Fmt<FMT>::E;
     #pragma unroll
-    for (int q = 0; q < ND; q++) cur[q] = lane < nch ? rows[q].chunks[lane] : make_uint4(0, 0, 0, 0);
+    for (int q = 0; q < ND; q++) {
+        #pragma unroll
+        for (int d = 0; d < RING(ND); d++) {
+            const int ci = lane + 32 * d;
+            buf[q][d] = ci < nch ? rows[q].chunks[ci] : make_uint4(0, 0, 0, 0);
+        }
+    }
 }
 
 // Dots of the staged token with ND rows (any mix of matrices of one format
-// and width `cols`), by one warp, from the chunks first_chunks loaded;
-// every lane gets every sum. SCALED: scaled-code products (the row staged
-// with xscale pow2d(P - 127)); otherwise dequantized weights (xscale 1).
+// and width `cols`), by one warp, from the chunks first_chunks loaded (each
+// slot of the ring is refilled with the chunk 32 * RING(ND) further on as
+// soon as it is used); every lane gets every sum. SCALED: scaled-code
+// products (the row staged with xscale pow2d(P - 127)); otherwise
+// dequantized weights (xscale 1).
 template <int FMT, int ND, bool SCALED>
-__device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, const double* xs, uint4* cur, double* acc) {
-    const int E = Fmt<FMT>::E;
+__device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, const double* xs, uint4 (*buf)[RING(ND)],
+                                              double* acc) {
+    const int E = Fmt<FMT>::E, D = RING(ND);
     const int lane = threadIdx.x & 31;
     const int nch = cols / E;
     #pragma unroll
     for (int q = 0; q < ND; q++) acc[q] = 0.0;
-    uint4 nxt[ND];
-    #pragma unroll
-    for (int q = 0; q < ND; q++) nxt[q] = make_uint4(0, 0, 0, 0);
-    for (int ci = lane; ci < nch; ci += 32) {
-        if (ci + 32 < nch) {
-            #pragma unroll
-            for (int q = 0; q < ND; q++) nxt[q] = rows[q].chunks[ci + 32];
-        }
-        float s[ND];
-        double f[ND], p[ND];
+    for (int c0 = lane; c0 < nch; c0 += 32 * D) {
         #pragma unroll
-        for (int q = 0; q < ND; q++) {
-            if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
-            else s[q] = row_scale<FMT>(rows[q], ci);
-            p[q] = 0.0;
-        }
-        const double2* xr = (const double2*)(xs + ci * (E + 2));
-        #pragma unroll
-        for (int j = 0; j < E; j += 2) {
-            const double2 xv = xr[j >> 1];
+        for (int d = 0; d < D; d++) {
+            const int ci = c0 + 32 * d;
+            if (ci >= nch) break;
+            float s[ND];
+            double f[ND], p[ND];
             #pragma unroll
             for (int q = 0; q < ND; q++) {
-                if (SCALED) {
-                    p[q] = fma(code_value<FMT>(cur[q], j), xv.x, p[q]);
-                    p[q] = fma(code_value<FMT>(cur[q], j + 1), xv.y, p[q]);
-                } else {
-                    p[q] = fma((double)dequant_value<FMT>(cur[q], j, s[q]), xv.x, p[q]);
-                    p[q] = fma((double)dequant_value<FMT>(cur[q], j + 1, s[q]), xv.y, p[q]);
+                if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
+                else s[q] = row_scale<FMT>(rows[q], ci);
+                p[q] = 0.0;
+            }
+            const double2* xr = (const double2*)(xs + ci * (E + 2));
+            #pragma unroll
+            for (int j = 0; j < E; j += 2) {
+                const double2 xv = xr[j >> 1];
+                #pragma unroll
+                for (int q = 0; q < ND; q++) {
+                    if (SCALED) {
+                        p[q] = fma(code_value<FMT>(buf[q][d], j), xv.x, p[q]);
+                        p[q] = fma(code_value<FMT>(buf[q][d], j + 1), xv.y, p[q]);
+                    } else {
+                        p[q] = fma((double)dequant_value<FMT>(buf[q][d], j, s[q]), xv.x, p[q]);
+                        p[q] = fma((double)dequant_value<FMT>(buf[q][d], j + 1, s[q]), xv.y, p[q]);
+                    }
                 }
             }
-        }
-        #pragma unroll
-        for (int q = 0; q < ND; q++) {
-            acc[q] = SCALED ? fma(p[q], f[q], acc[q]) : acc[q] + p[q];
-            cur[q] = nxt[q];
+            const int nx = ci + 32 * D;
+            #pragma unroll
+            for (int q = 0; q < ND; q++) {
+                acc[q] = SCALED ? fma(p[q], f[q], acc[q]) : acc[q] + p[q];
+                if (nx < nch) buf[q][d] = rows[q].chunks[nx];
+            }
         }
     }
     #pragma unroll
@@ -389,13 +406,13 @@ __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, cons
 template <int FMT, int ND>
 __device__ __forceinline__ bool staged_row_dots(const RowRef* rows, bool active, bool scaled, const float* x,
                                                 int cols, double* xs, double* acc) {
-    uint4 cur[ND];
-    if (active) first_chunks<FMT, ND>(rows, cols, cur);
+    uint4 buf[ND][RING(ND)];
+    if (active) first_chunks<FMT, ND>(rows, cols, buf);
     stage_row<Fmt<FMT>::E>(x, cols, scaled ? pow2d(Code<FMT>::P - 127) : 1.0, xs);
     __syncthreads();
     if (!active) return false;
-    if (scaled) warp_dot_rows<FMT, ND, true>(rows, cols, xs, cur, acc);
-    else warp_dot_rows<FMT, ND, false>(rows, cols, xs, cur, acc);
+    if (scaled) warp_dot_rows<FMT, ND, true>(rows, cols, xs, buf, acc);
+    else warp_dot_rows<FMT, ND, false>(rows, cols, xs, buf, acc);
     return true;
 }
 

@@ -5,33 +5,22 @@
 // comb = Sinkhorn(softmax_row(m*s2 + b) + eps), and the collapsed input
 // sum_j pre_j x_j. Writes mix[t] = [pre(hc) | post(hc) | comb(hc*hc)] in f64.
 // hc_post: x'_k = post_k * out + sum_j comb[j][k] x_j (in place).
-// hc_head: pre only (no Sinkhorn), collapse.
+// hc_head: the selected rows' mixes by hc_mix_rows, then pre only (no
+// Sinkhorn) and the collapse.
 // All in f64 in the CPU twin's order; one rounding per output.
 
 #define HC_MAX 8
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
-// Mixes of token row xt (width = hc*d) into mixes[0..nm). Block-wide.
-__device__ __forceinline__ void hc_mixes(const float* xt, int width, const float* fn, int nm, float norm_eps,
-                                         double* mixes, double* red) {
-    double ss = block_sum(strided_dot(xt, xt, width, threadIdx.x, blockDim.x), red);
-    const double rinv = 1.0 / sqrt(ss / (double)width + (double)norm_eps);
-    const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
-    for (int j = warp; j < nm; j += nwarps) {
-        const double acc = warp_dot(fn + (size_t)j * width, xt, width);
-        if (lane == 0) mixes[j] = acc * rinv;
-    }
-    __syncthreads();
-}
-
-// Mixes m[t, j] = fn_j . x_t / rms(x_t), one block per (token, mix row):
-// grid (n, nm), block 256. Writes f64.
-extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const float* __restrict__ fn, int width,
-                                       float norm_eps, double* __restrict__ mixes) {
+// Mixes m[t, j] = fn_j . x_r / rms(x_r), r = rows[t] (t where rows is
+// null), one block per (token, mix row): grid (n, nm), block 256. Writes f64.
+extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const int* __restrict__ rows,
+                                       const float* __restrict__ fn, int width, float norm_eps,
+                                       double* __restrict__ mixes) {
     __shared__ double red[32];
     const int t = blockIdx.x, j = blockIdx.y, nm = gridDim.y;
-    const float* xt = x + (size_t)t * width;
+    const float* xt = x + (size_t)(rows ? rows[t] : t) * width;
     const float* f = fn + (size_t)j * width;
     double ss = 0.0, dot = 0.0;
     // eight strides' loads issued before their sums (the same per-thread order)
@@ -170,26 +159,28 @@ extern "C" __global__ void hc_post(float* __restrict__ x, const float* __restric
     }
 }
 
-// Final collapse of selected tokens `rows[r]` into y[r, :]. grid (nrows), block 256.
+// Final collapse of selected tokens `rows[r]` into y[r, :], from their
+// mixes (hc_mix_rows over hc_head's fn, hc per row): pre only (no
+// Sinkhorn). grid (nrows, ceil(d/256)), block 256.
 extern "C" __global__ void hc_head(const float* __restrict__ x, const int* __restrict__ rows,
-                                   const float* __restrict__ fn, const float* __restrict__ base,
-                                   const float* __restrict__ scale, int hc, int d, float hc_eps, float norm_eps,
+                                   const double* __restrict__ mixes, const float* __restrict__ base,
+                                   const float* __restrict__ scale, int hc, int d, float hc_eps,
                                    float* __restrict__ y) {
-    __shared__ double red[32];
-    __shared__ double mixes[HC_MAX];
     __shared__ double pre_s[HC_MAX];
-    const int t = rows[blockIdx.x];
-    const int width = hc * d;
-    const float* xt = x + (size_t)t * width;
-    hc_mixes(xt, width, fn, hc, norm_eps, mixes, red);
+    const float* xt = x + (size_t)rows[blockIdx.x] * hc * d;
     if (threadIdx.x < hc) {
         const int j = threadIdx.x;
-        pre_s[j] = sigmoid_d(mixes[j] * (double)scale[0] + (double)base[j]) + (double)hc_eps;
+        pre_s[j] = sigmoid_d(mixes[(size_t)blockIdx.x * hc + j] * (double)scale[0] + (double)base[j]) + (double)hc_eps;
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        double acc = 0.0;
-        for (int j = 0; j < hc; j++) acc += pre_s[j] * (double)xt[(size_t)j * d + i];
-        y[(size_t)blockIdx.x * d + i] = (float)acc;
-    }
+    const int i = blockIdx.y * blockDim.x + threadIdx.x;
+    if (i >= d) return;
+    float xv[HC_MAX];
+    #pragma unroll
+    for (int j = 0; j < HC_MAX; j++) xv[j] = j < hc ? xt[(size_t)j * d + i] : 0.0f;
+    double acc = 0.0;
+    #pragma unroll
+    for (int j = 0; j < HC_MAX; j++)
+        if (j < hc) acc += pre_s[j] * (double)xv[j];
+    y[(size_t)blockIdx.x * d + i] = (float)acc;
 }

@@ -434,9 +434,7 @@ impl Dsv4Gpu {
         let rows: Vec<i32> = (0..n as i32).collect();
         g.write(&mut st.scratch[si].head_rows, &rows)?;
         let sc = &st.scratch[si];
-        launch!(g, "hc_head", Gpu::cfg((n as u32, 1, 1), 256, 0);
-            sc.x.ptr, sc.head_rows.ptr, hcw.fn_.ptr, hcw.base.ptr, hcw.scale.ptr, c.hc_mult as i32, d as i32, c.hc_eps as f32,
-            c.rms_norm_eps as f32, sc.hy.ptr);
+        self.hc_head(g, sc, hcw, n)?;
         let collapsed = g.download(&sc.hy, n * d)?;
         self.norm(g, sc.hy.ptr, stage.norm.as_ref().expect("the last stage holds the final norm").ptr, n, d)?;
         self.lin(g, stage.head.as_ref().expect("the last stage holds the head"), sc.hy.ptr, sc.logits.ptr, n)?;
@@ -646,6 +644,19 @@ impl Dsv4Gpu {
         g.lin(w, x, y, n)
     }
 
+    /// The head rows `sc.head_rows[..n]` of the streams collapsed into
+    /// `sc.hy` (their mixes by `hc_mix_rows`, then `hc_head`).
+    pub(super) fn hc_head(&self, g: &Gpu, sc: &super::state::Scratch, hcw: &DevHc, n: usize) -> Result<()> {
+        let c = &self.config;
+        let (hc, d) = (c.hc_mult, c.hidden_size);
+        launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, hc as u32, 1), 256, 0);
+            sc.x.ptr, sc.head_rows.ptr, hcw.fn_.ptr, (hc * d) as i32, c.rms_norm_eps as f32, sc.head_mix.ptr);
+        launch!(g, "hc_head", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
+            sc.x.ptr, sc.head_rows.ptr, sc.head_mix.ptr, hcw.base.ptr, hcw.scale.ptr, hc as i32, d as i32,
+            c.hc_eps as f32, sc.hy.ptr);
+        Ok(())
+    }
+
     pub(super) fn norm(&self, g: &Gpu, x: u64, w: u64, rows: usize, width: usize) -> Result<()> {
         g.rms_norm(x, w, rows, width, self.config.rms_norm_eps as f32)
     }
@@ -655,7 +666,7 @@ impl Dsv4Gpu {
         let c = &self.config;
         let nmix = (2 + c.hc_mult) * c.hc_mult;
         launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, nmix as u32, 1), 256, 0);
-            x, hc.fn_.ptr, (c.hc_mult * c.hidden_size) as i32, c.rms_norm_eps as f32, mixes);
+            x, 0u64, hc.fn_.ptr, (c.hc_mult * c.hidden_size) as i32, c.rms_norm_eps as f32, mixes);
         launch!(g, "hc_pre", Gpu::cfg((n as u32, 1, 1), 256, 0);
             x, mixes, hc.base.ptr, hc.scale.ptr, c.hc_mult as i32, c.hidden_size as i32,
             c.hc_sinkhorn_iters as i32, c.hc_eps as f32, mix, out);

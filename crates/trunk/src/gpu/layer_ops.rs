@@ -5,7 +5,7 @@ use anyhow::{Context, Result};
 
 use super::device::{row_smem, Gpu, DECODE_WARPS};
 use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
-use super::state::{GpuState, LOGIT_ROWS};
+use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
 use crate::config::{AttnKind, ScoringFunc};
 use crate::cpu::{Logits, Variant};
@@ -267,13 +267,14 @@ impl Dsv4Gpu {
             let cnt = chunk.len();
             g.write(&mut st.scratch[si].head_rows, chunk)?;
             let sc = &st.scratch[si];
-            launch!(g, "hc_head", Gpu::cfg((cnt as u32, 1, 1), 256, 0);
-                sc.x.ptr, sc.head_rows.ptr, hcw.fn_.ptr, hcw.base.ptr, hcw.scale.ptr, c.hc_mult as i32, d as i32, c.hc_eps as f32,
-                c.rms_norm_eps as f32, sc.hy.ptr);
+            self.hc_head(g, sc, hcw, cnt)?;
             self.norm(g, sc.hy.ptr, norm, cnt, d)?;
             self.lin(g, head, sc.hy.ptr, sc.logits.ptr, cnt)?;
             if greedy {
-                launch!(g, "argmax_rows", Gpu::cfg((cnt as u32, 1, 1), 256, 0); sc.logits.ptr, v as i32, sc.argmax.ptr);
+                launch!(g, "argmax_slices", Gpu::cfg((cnt as u32, ARGMAX_SLICES as u32, 1), 256, 0);
+                    sc.logits.ptr, v as i32, sc.argmax_v.ptr, sc.argmax_i.ptr);
+                launch!(g, "argmax_rows", Gpu::cfg((cnt as u32, 1, 1), ARGMAX_SLICES as u32, 0);
+                    sc.argmax_v.ptr, sc.argmax_i.ptr, sc.argmax.ptr);
                 arg.extend(g.download(&sc.argmax, cnt)?);
             } else {
                 logits.extend(g.download(&sc.logits, cnt * v)?);

@@ -51,6 +51,7 @@ pub const KERNELS: &[&str] = &[
     "expert_down",
     "swiglu_rows",
     "moe_combine",
+    "argmax_slices",
     "argmax_rows",
 ];
 

@@ -52,11 +52,19 @@ pub struct Scratch {
     pub hy: Buf<f32>,
     pub logits: Buf<f32>,
     pub argmax: Buf<i32>,
+    /// hc_head's mixes of the head rows (f64, `hc` a row).
+    pub head_mix: Buf<f64>,
+    /// Per-slice (value, index) partials of the head rows' argmax.
+    pub argmax_v: Buf<f32>,
+    pub argmax_i: Buf<i32>,
     pub max_entries: usize,
 }
 
 /// Rows of logits computed per head launch.
 pub const LOGIT_ROWS: usize = 64;
+
+/// Slices each logit row's argmax is split into (kernels/argmax.cu `ARGMAX_SLICES`).
+pub const ARGMAX_SLICES: usize = 64;
 
 /// The sizes scratch needs (in f32/i32 elements), for the fit check and allocation.
 pub struct ScratchDims {
@@ -104,7 +112,7 @@ impl ScratchDims {
             + self.k * self.d
             + 4 * self.inter
             + 2 * self.d;
-        w * per_token + LOGIT_ROWS * (1 + self.d + self.vocab + 1)
+        w * per_token + LOGIT_ROWS * (1 + self.d + self.vocab + 1 + 2 * self.hc + 2 * ARGMAX_SLICES)
     }
 
     pub fn alloc(&self, gpu: &Gpu, w: usize) -> Result<Scratch> {
@@ -154,6 +162,9 @@ impl ScratchDims {
             hy: f(LOGIT_ROWS * self.d)?,
             logits: f(LOGIT_ROWS * self.vocab)?,
             argmax: i(LOGIT_ROWS)?,
+            head_mix: dd(LOGIT_ROWS * self.hc)?,
+            argmax_v: f(LOGIT_ROWS * ARGMAX_SLICES)?,
+            argmax_i: i(LOGIT_ROWS * ARGMAX_SLICES)?,
             max_entries: self.max_entries,
         })
     }
