@@ -315,16 +315,14 @@ __device__ __forceinline__ void stage_row(const float* x, int cols, double xscal
     }
 }
 
-// Threads of a whole-row decode block (gpu/device.rs DECODE_WARPS warps);
-// the kernels ask for four blocks an SM (at most 128 registers a thread).
-#define DECODE_THREADS 128
+// Chunks each lane keeps in flight per row when a warp takes ND rows: a
+// warp with one row (the short matrices, whose grids leave SMs idle) reads
+// 8 chunks (128 bytes) a lane ahead, so that a row of up to 256 chunks is
+// read in one memory latency; warps with several rows read 2 ahead (more
+// would cost registers and blocks an SM).
+#define RING(ND) ((ND) == 1 ? 8 : 2)
 
-// Chunks each lane keeps in flight per row when a warp takes ND rows: 8
-// chunks (128 bytes) a lane whatever ND, so that short rows are read in
-// one or two memory latencies.
-#define RING(ND) (8 / (ND))
-
-// The first RING(ND) chunks of each of ND rows for this lane (issued
+// The first RING(ND) - 1 chunks of each of ND rows for this lane (issued
 // before the activations are staged, so that both latencies overlap).
 template <int FMT, int ND>
 __device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4 (*buf)[RING(ND)]) {
@@ -333,7 +331,7 @@ __device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4
     #pragma unroll
     for (int q = 0; q < ND; q++) {
         #pragma unroll
-        for (int d = 0; d < RING(ND); d++) {
+        for (int d = 0; d + 1 < RING(ND); d++) {
             const int ci = lane + 32 * d;
             buf[q][d] = ci < nch ? rows[q].chunks[ci] : make_uint4(0, 0, 0, 0);
         }
@@ -341,11 +339,11 @@ __device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4
 }
 
 // Dots of the staged token with ND rows (any mix of matrices of one format
-// and width `cols`), by one warp, from the chunks first_chunks loaded (each
-// slot of the ring is refilled with the chunk 32 * RING(ND) further on as
-// soon as it is used); every lane gets every sum. SCALED: scaled-code
-// products (the row staged with xscale pow2d(P - 127)); otherwise
-// dequantized weights (xscale 1).
+// and width `cols`), by one warp, from the chunks first_chunks loaded: each
+// step loads the chunk RING(ND) - 1 strides ahead into the last slot, sums
+// the first, and shifts the slots down; every lane gets every sum. SCALED:
+// scaled-code products (the row staged with xscale pow2d(P - 127));
+// otherwise dequantized weights (xscale 1).
 template <int FMT, int ND, bool SCALED>
 __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, const double* xs, uint4 (*buf)[RING(ND)],
                                               double* acc) {
@@ -354,40 +352,38 @@ __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, cons
     const int nch = cols / E;
     #pragma unroll
     for (int q = 0; q < ND; q++) acc[q] = 0.0;
-    for (int c0 = lane; c0 < nch; c0 += 32 * D) {
+    for (int ci = lane; ci < nch; ci += 32) {
+        const int ahead = ci + 32 * (D - 1);
         #pragma unroll
-        for (int d = 0; d < D; d++) {
-            const int ci = c0 + 32 * d;
-            if (ci >= nch) break;
-            float s[ND];
-            double f[ND], p[ND];
+        for (int q = 0; q < ND; q++) buf[q][D - 1] = ahead < nch ? rows[q].chunks[ahead] : make_uint4(0, 0, 0, 0);
+        float s[ND];
+        double f[ND], p[ND];
+        #pragma unroll
+        for (int q = 0; q < ND; q++) {
+            if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
+            else s[q] = row_scale<FMT>(rows[q], ci);
+            p[q] = 0.0;
+        }
+        const double2* xr = (const double2*)(xs + ci * (E + 2));
+        #pragma unroll
+        for (int j = 0; j < E; j += 2) {
+            const double2 xv = xr[j >> 1];
             #pragma unroll
             for (int q = 0; q < ND; q++) {
-                if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
-                else s[q] = row_scale<FMT>(rows[q], ci);
-                p[q] = 0.0;
-            }
-            const double2* xr = (const double2*)(xs + ci * (E + 2));
-            #pragma unroll
-            for (int j = 0; j < E; j += 2) {
-                const double2 xv = xr[j >> 1];
-                #pragma unroll
-                for (int q = 0; q < ND; q++) {
-                    if (SCALED) {
-                        p[q] = fma(code_value<FMT>(buf[q][d], j), xv.x, p[q]);
-                        p[q] = fma(code_value<FMT>(buf[q][d], j + 1), xv.y, p[q]);
-                    } else {
-                        p[q] = fma((double)dequant_value<FMT>(buf[q][d], j, s[q]), xv.x, p[q]);
-                        p[q] = fma((double)dequant_value<FMT>(buf[q][d], j + 1, s[q]), xv.y, p[q]);
-                    }
+                if (SCALED) {
+                    p[q] = fma(code_value<FMT>(buf[q][0], j), xv.x, p[q]);
+                    p[q] = fma(code_value<FMT>(buf[q][0], j + 1), xv.y, p[q]);
+                } else {
+                    p[q] = fma((double)dequant_value<FMT>(buf[q][0], j, s[q]), xv.x, p[q]);
+                    p[q] = fma((double)dequant_value<FMT>(buf[q][0], j + 1, s[q]), xv.y, p[q]);
                 }
             }
-            const int nx = ci + 32 * D;
+        }
+        #pragma unroll
+        for (int q = 0; q < ND; q++) {
+            acc[q] = SCALED ? fma(p[q], f[q], acc[q]) : acc[q] + p[q];
             #pragma unroll
-            for (int q = 0; q < ND; q++) {
-                acc[q] = SCALED ? fma(p[q], f[q], acc[q]) : acc[q] + p[q];
-                if (nx < nch) buf[q][d] = rows[q].chunks[nx];
-            }
+            for (int d = 0; d + 1 < D; d++) buf[q][d] = buf[q][d + 1];
         }
     }
     #pragma unroll

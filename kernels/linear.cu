@@ -106,17 +106,17 @@ __device__ __forceinline__ void linear_rows(const Mat& w, const float* x, int x_
     }
 }
 
-extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 4) linear_t1_r1(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
+extern "C" __global__ void linear_t1_r1(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
                                         int row0, int nrows) {
     linear_rows<1>(w, x, x_group, y, row0, nrows);
 }
 
-extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 4) linear_t1_r2(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
+extern "C" __global__ void linear_t1_r2(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
                                         int row0, int nrows) {
     linear_rows<2>(w, x, x_group, y, row0, nrows);
 }
 
-extern "C" __global__ void __launch_bounds__(DECODE_THREADS, 4) linear_t1_r4(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
+extern "C" __global__ void linear_t1_r4(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
                                         int row0, int nrows) {
     linear_rows<4>(w, x, x_group, y, row0, nrows);
 }
