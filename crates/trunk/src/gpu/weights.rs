@@ -327,4 +327,115 @@ mod tests {
         assert!(!codes_scale_exactly(FMT_FP4, &[0x11], Some(&[127, 253])));
         assert!(!codes_scale_exactly(FMT_FP4, &[0x11], Some(&[255])));
     }
+
+    // A Rust mirror of the kernels' scaled-code arithmetic (kernels/common.cuh
+    // `Code`, `code_value`, `chunk_factor`), to test the exactness claim the
+    // decode kernels rest on over random codes, activations and scales.
+    const P: [i32; 4] = [896, 896, 1016, 1022]; // by format id
+
+    fn pow2(e: i32) -> f64 {
+        f64::from_bits(((e + 1023) as u64) << 52)
+    }
+
+    fn code_value(fmt: i32, c: [u32; 4], j: usize) -> f64 {
+        let hi = |h: u32| f64::from_bits((h as u64) << 32);
+        match fmt {
+            FMT_FP4 => hi(((c[j >> 3] << (28 - 4 * (j & 7))) as i32 >> 9) as u32 & 0x8038_0000),
+            FMT_FP8 => hi(((c[j >> 2] << (24 - 8 * (j & 3))) as i32 >> 7) as u32 & 0x80FE_0000),
+            FMT_BF16 => {
+                let w = if j & 1 == 1 { c[j >> 1] } else { c[j >> 1] << 16 };
+                hi((w as i32 >> 3) as u32 & 0x8FFF_E000)
+            }
+            _ => f64::from_bits(((((c[j] as i32 >> 3) as u32 & 0x8FFF_FFFF) as u64) << 32) | (c[j] << 29) as u64),
+        }
+    }
+
+    /// The CPU's dequantized value (weights::formats), scale applied in f32.
+    fn dequant(fmt: i32, c: [u32; 4], j: usize, scale: f32) -> f32 {
+        use crate::weights::formats::{bf16_to_f32, e2m1_to_f32, e4m3_to_f32};
+        match fmt {
+            FMT_FP4 => e2m1_to_f32((c[j >> 3] >> (4 * (j & 7)) & 0xF) as u8) * scale,
+            FMT_FP8 => e4m3_to_f32((c[j >> 2] >> (8 * (j & 3)) & 0xFF) as u8) * scale,
+            FMT_BF16 => bf16_to_f32((c[j >> 1] >> (16 * (j & 1)) & 0xFFFF) as u16),
+            _ => f32::from_bits(c[j]),
+        }
+    }
+
+    /// One chunk's dequantized partial, and its scaled-code partial with the
+    /// factor the kernel multiplies it by. `scale`: the FP8 tile scale, or the
+    /// FP4 block's E8M0 byte as a value; `e8m0`: that byte.
+    fn partials(fmt: i32, c: [u32; 4], x: &[f32], scale: f32, e8m0: u8) -> (f64, f64, f64) {
+        let xs = pow2(P[fmt as usize] - 127);
+        let factor = match fmt {
+            FMT_FP8 => pow2((scale.to_bits() >> 23) as i32), // scale * 2^127
+            FMT_FP4 => pow2(e8m0 as i32),                    // 2^(e - 127) * 2^127
+            _ => pow2(127),
+        };
+        let (mut slow, mut fast) = (0f64, 0f64);
+        for (j, &xj) in x.iter().enumerate() {
+            slow = (dequant(fmt, c, j, scale) as f64).mul_add(xj as f64, slow);
+            fast = code_value(fmt, c, j).mul_add(xj as f64 * xs, fast);
+        }
+        (slow, fast, factor)
+    }
+
+    #[test]
+    fn scaled_code_partials_equal_the_dequantized_ones_to_the_bit() {
+        use crate::weights::formats::e8m0_to_f32;
+        let mut rng = crate::synth::rng::Rng::new(7, "scaled-codes", 0);
+        let mut word = || rng.next_u64() as u32;
+        for fmt in [FMT_F32, FMT_BF16, FMT_FP8, FMT_FP4] {
+            let values = [4, 8, 16, 32][fmt as usize];
+            let mut checked = 0;
+            for trial in 0..20_000 {
+                let c = [word(), word(), word(), word()];
+                let bytes: Vec<u8> = c.iter().flat_map(|w| w.to_le_bytes()).collect();
+                if !codes_scale_exactly(fmt, &bytes, None) {
+                    continue; // Inf/NaN codes take the dequantized path
+                }
+                // activations: ordinary values, or any finite f32 (subnormals and
+                // the largest magnitudes included)
+                let x: Vec<f32> = (0..values)
+                    .map(|_| loop {
+                        let v = if trial % 2 == 0 { (word() as i32 as f32) * 1e-9 } else { f32::from_bits(word()) };
+                        if v.is_finite() {
+                            break v;
+                        }
+                    })
+                    .collect();
+                // every scale the upload accepts
+                let e8m0 = (word() % 253) as u8;
+                let scale = match fmt {
+                    FMT_FP8 => 2f32.powi((word() % 246) as i32 - 126),
+                    FMT_FP4 => e8m0_to_f32(e8m0),
+                    _ => 1.0,
+                };
+                let (slow, fast, factor) = partials(fmt, c, &x, scale, e8m0);
+                assert_eq!(slow.to_bits(), (fast * factor).to_bits(), "format {fmt}, chunk {c:08x?}, scale {scale}");
+                // the lane sum the partial joins rounds the same: acc + p against fma(p', f, acc)
+                let acc = (word() as i32 as f64) * 1e-3;
+                assert_eq!((acc + slow).to_bits(), fast.mul_add(factor, acc).to_bits());
+                checked += 1;
+            }
+            assert!(checked > 15_000, "format {fmt}: only {checked} chunks checked");
+        }
+    }
+
+    #[test]
+    fn scaled_codes_differ_where_the_upload_refuses_them() {
+        // FP4 scale byte 253: 6 * 2^126 overflows f32 when dequantized, the
+        // scaled code does not
+        let c = [0x0000_0007u32, 0, 0, 0];
+        let mut x = [0f32; 32];
+        x[0] = 1.0;
+        let (slow, fast, factor) = partials(FMT_FP4, c, &x, 2f32.powi(126), 253);
+        assert!(slow.is_infinite() && (fast * factor).is_finite(), "{slow} vs {fast} * {factor}");
+        assert!(!codes_scale_exactly(FMT_FP4, &[0x07], Some(&[253])));
+        // an FP8 scale that is not a power of two has no exact factor
+        let c = [0x3F3D_3B39u32, 0x4745_4341, 0, 0];
+        let x = [1.0f32; 16];
+        let (slow, fast, factor) = partials(FMT_FP8, c, &x, 0.3, 0);
+        assert_ne!(slow.to_bits(), (fast * factor).to_bits());
+        assert!(!codes_scale_exactly(FMT_FP8, &[0x39], Some(&f32s(&[0.3]))));
+    }
 }
