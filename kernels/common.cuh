@@ -272,8 +272,7 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
 // reading each activation once for all of them. Each row's sum is
 // block_dot_rows' (same chunk order, partials and butterfly), so the bits
 // do not depend on the kernel; what changes is the work per weight and the
-// bytes in flight (every row's next chunk is loaded before the current ones
-// are used).
+// bytes in flight (each lane keeps RING(ND) chunks of every row loading).
 
 // The dynamic shared memory the whole-row kernels stage activations in
 // (one declaration for the translation unit).
