@@ -47,13 +47,13 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
     const float** keys = (const float**)(logits + nk);
     for (int j = threadIdx.x; j < nk; j += blockDim.x)
         keys[j] = key_row(j, nwin, first, t0, ring, ring_rows, local, entries, sel, t, topk, mode, hd);
-    // the query in registers, lane-strided as warp_dot reads it
+    // the query in registers, lane-strided (lane l holds elements l, l + 32, ...)
     double qd[ATT_QM];
     #pragma unroll
     for (int m = 0; m < ATT_QM; m++) qd[m] = lane + 32 * m < hd ? (double)qrow[lane + 32 * m] : 0.0;
     __syncthreads();
     // logits, two keys per warp at a time (both rows' loads issued before
-    // any product); each is warp_dot's sum (lane-strided, fixed butterfly)
+    // any product); each a lane-strided f64 sum and the fixed butterfly
     for (int j = warp; j < nk; j += 2 * nwarps) {
         const int j2 = j + nwarps;
         const float* k1 = keys[j];

@@ -207,6 +207,24 @@ __device__ __forceinline__ double chunk_factor(const RowRef& rr, int ci) {
     return pow2d(127);
 }
 
+// Sum of one f64 per lane over the warp, every lane getting it (a fixed
+// butterfly: the same bits on every lane and every run).
+__device__ __forceinline__ double warp_sum(double v) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Eight 16-byte loads in flight: v[u] = x4[base + u * blockDim.x] for
+// those below n4 (the others are left as they are).
+__device__ __forceinline__ void load_vec8(const float4* x4, int n4, int base, float4* v) {
+    #pragma unroll
+    for (int u = 0; u < 8; u++) {
+        const int i = base + u * blockDim.x;
+        if (i < n4) v[u] = x4[i];
+    }
+}
+
 // Shared floats block_dot_rows needs for NT tokens.
 #define DOT_SMEM(E, NT) ((NT) * 32 * ((E) + 1))
 
@@ -256,12 +274,7 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
         cur = next;
     }
     #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        double v = acc[t];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        acc[t] = v;
-    }
+    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
 }
 
 // One token against many rows (decode). The token's whole row is staged in
@@ -296,11 +309,7 @@ __device__ __forceinline__ void stage_row(const float* x, int cols, double xscal
     const int n4 = cols >> 2;
     for (int base = threadIdx.x; base < n4; base += 8 * blockDim.x) {
         float4 v[8];
-        #pragma unroll
-        for (int u = 0; u < 8; u++) {
-            const int i = base + u * blockDim.x;
-            if (i < n4) v[u] = x4[i];
-        }
+        load_vec8(x4, n4, base, v);
         #pragma unroll
         for (int u = 0; u < 8; u++) {
             const int i = base + u * blockDim.x;
@@ -386,12 +395,7 @@ __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, cons
         }
     }
     #pragma unroll
-    for (int q = 0; q < ND; q++) {
-        double v = acc[q];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-        acc[q] = v;
-    }
+    for (int q = 0; q < ND; q++) acc[q] = warp_sum(acc[q]);
 }
 
 // The whole-row sequence every decode kernel runs: the rows' first chunks,
@@ -411,40 +415,11 @@ __device__ __forceinline__ bool staged_row_dots(const RowRef* rows, bool active,
     return true;
 }
 
-// One thread's share of a dot: sum over i = first, first + stride, ... < n
-// of a[i] * b[i], in f64, in that order; eight strides' loads are issued
-// before their products.
-__device__ __forceinline__ double strided_dot(const float* a, const float* b, int n, int first, int stride) {
-    double acc = 0.0;
-    for (int i0 = first; i0 < n; i0 += 8 * stride) {
-        float av[8], bv[8];
-        #pragma unroll
-        for (int u = 0; u < 8; u++) {
-            const int i = i0 + stride * u;
-            av[u] = i < n ? a[i] : 0.0f;
-            bv[u] = i < n ? b[i] : 0.0f;
-        }
-        #pragma unroll
-        for (int u = 0; u < 8; u++)
-            if (i0 + stride * u < n) acc = fma((double)av[u], (double)bv[u], acc);
-    }
-    return acc;
-}
-
-// Dot of two f32 vectors by one warp, in f64 (lanes strided, fixed butterfly).
-__device__ __forceinline__ double warp_dot(const float* a, const float* b, int n) {
-    double acc = strided_dot(a, b, n, threadIdx.x & 31, 32);
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    return acc;
-}
-
 // Fixed-order block sum of one value per thread (blockDim.x a multiple of 32,
 // at most 1024). `red` holds 32 doubles of shared memory. All threads get it.
 __device__ __forceinline__ double block_sum(double v, double* red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    v = warp_sum(v);
     __syncthreads();
     if (lane == 0) red[warp] = v;
     __syncthreads();

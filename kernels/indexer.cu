@@ -29,13 +29,14 @@ extern "C" __global__ void indexer_scores(const float* __restrict__ q, const flo
     const float* qt = qs;
     for (int s = s0 + warp; s < min(s0 + 32, visible); s += 8) {
         const float* k = keys + (size_t)s * di;
-        // the key in registers, lane-strided as warp_dot reads it
+        // the key in registers, lane-strided (lane l holds elements l, l + 32, ...)
         double kd[IDX_KM];
         #pragma unroll
         for (int m = 0; m < IDX_KM; m++) kd[m] = lane + 32 * m < di ? (double)k[lane + 32 * m] : 0.0;
         double total = 0.0;
         // eight heads' dots at a time (independent chains and butterflies),
-        // each warp_dot's sum; the total adds them in head order
+        // each a lane-strided f64 sum and the fixed butterfly; the total adds
+        // them in head order
         for (int h0 = 0; h0 < heads; h0 += 8) {
             double dot[8];
             #pragma unroll

@@ -21,11 +21,7 @@ extern "C" __global__ void rms_norm_f32(const float* x, float* y, const float* _
         const int n4 = width >> 2;
         for (int base = threadIdx.x; base < n4; base += 8 * blockDim.x) {
             float4 v[8];
-            #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int i = base + u * blockDim.x;
-                if (i < n4) v[u] = x4[i];
-            }
+            load_vec8(x4, n4, base, v);
             #pragma unroll
             for (int u = 0; u < 8; u++) {
                 if (base + u * blockDim.x < n4) {
