@@ -3,8 +3,8 @@
 // each row reduce to (value, index) partials, then one block per row
 // reduces its partials. The comparison orders (value, index) pairs totally
 // (NaN values never replace a pair), so the answer does not depend on how
-// the row is split.
-#define ARGMAX_SLICES 64
+// the row is split. The slice count is the launch's (grid y of the first,
+// block of the second; gpu/state.rs ARGMAX_SLICES).
 
 __device__ __forceinline__ void argmax_take(float f, int i, float& v, int& idx) {
     if (f > v || (f == v && i < idx)) {
@@ -28,27 +28,29 @@ __device__ __forceinline__ void argmax_block(float& v, int& idx) {
     idx = bi[0];
 }
 
-// grid (rows, ARGMAX_SLICES), block 256: the best (value, index) of each
-// slice of each row into pv/pi[row * ARGMAX_SLICES + slice].
+// grid (rows, slices), block 256: the best (value, index) of each slice of
+// each row into pv/pi[row * slices + slice].
 extern "C" __global__ void argmax_slices(const float* __restrict__ x, int width, float* __restrict__ pv,
                                          int* __restrict__ pi) {
     const float* r = x + (size_t)blockIdx.x * width;
-    const int len = (width + ARGMAX_SLICES - 1) / ARGMAX_SLICES;
+    const int slices = gridDim.y;
+    const int len = (width + slices - 1) / slices;
     const int lo = blockIdx.y * len, hi = min(width, lo + len);
     float v = -INFINITY;
     int idx = 0x7fffffff;
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) argmax_take(r[i], i, v, idx);
     argmax_block(v, idx);
     if (threadIdx.x == 0) {
-        pv[(size_t)blockIdx.x * ARGMAX_SLICES + blockIdx.y] = v;
-        pi[(size_t)blockIdx.x * ARGMAX_SLICES + blockIdx.y] = idx;
+        pv[(size_t)blockIdx.x * slices + blockIdx.y] = v;
+        pi[(size_t)blockIdx.x * slices + blockIdx.y] = idx;
     }
 }
 
-// grid (rows), block ARGMAX_SLICES: each row's partials into out[row].
+// grid (rows), block = slices (a power of two, at most 256): each row's
+// partials into out[row].
 extern "C" __global__ void argmax_rows(const float* __restrict__ pv, const int* __restrict__ pi, int* __restrict__ out) {
-    float v = pv[(size_t)blockIdx.x * ARGMAX_SLICES + threadIdx.x];
-    int idx = pi[(size_t)blockIdx.x * ARGMAX_SLICES + threadIdx.x];
+    float v = pv[(size_t)blockIdx.x * blockDim.x + threadIdx.x];
+    int idx = pi[(size_t)blockIdx.x * blockDim.x + threadIdx.x];
     argmax_block(v, idx);
     if (threadIdx.x == 0) out[blockIdx.x] = idx;
 }

@@ -63,8 +63,10 @@ pub struct Scratch {
 /// Rows of logits computed per head launch.
 pub const LOGIT_ROWS: usize = 64;
 
-/// Slices each logit row's argmax is split into (kernels/argmax.cu `ARGMAX_SLICES`).
+/// Slices each logit row's argmax is split into (kernels/argmax.cu takes it
+/// from the launch; a power of two, at most 256).
 pub const ARGMAX_SLICES: usize = 64;
+const _: () = assert!(ARGMAX_SLICES.is_power_of_two() && ARGMAX_SLICES <= 256);
 
 /// The sizes scratch needs (in f32/i32 elements), for the fit check and allocation.
 pub struct ScratchDims {
