@@ -291,11 +291,8 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
 // (one declaration for the translation unit).
 extern __shared__ double xs_dyn[];
 
-// Shared doubles a whole staged row of `cols` takes for chunks of E values
-// (gpu/device.rs `row_smem`).
-#define ROW_SMEM(E, cols) (((cols) / (E)) * ((E) + 2))
-
-// Stage x[0..cols) * xscale as f64 for chunks of E values (all threads; the
+// Stage x[0..cols) * xscale as f64 for chunks of E values, cols / E chunks
+// of E + 2 doubles (gpu/device.rs `row_smem` sizes it; all threads; the
 // caller syncs). Each thread issues its loads eight 16-byte vectors at a
 // time before it stores any, so a block waits for about one memory latency,
 // not one per element.

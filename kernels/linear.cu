@@ -70,7 +70,7 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
 
 // Decode (one token): the activation row staged whole, each warp NR rows at
 // once (warp_dot_rows; the same sums as above). grid (ceil(nrows / (4 * NR)),
-// 1, groups), block 128, dynamic smem ROW_SMEM(E, cols) doubles. Group z:
+// 1, groups), block 128, dynamic smem the staged row (stage_row). Group z:
 // rows row0 + z*nrows .., input x + z*x_group, outputs y + z*nrows.
 template <int FMT, int NR>
 __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const float* x, float* y, int row0, int nrows,

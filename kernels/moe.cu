@@ -127,7 +127,7 @@ __device__ __forceinline__ void gate_up_fmt(const Mat& w1, const Mat& w3, const 
 }
 
 // grid (ceil(inter / (4 * ER_GATE_UP)), npairs), block 128, dynamic smem
-// ROW_SMEM(E, d) doubles for the experts' format.
+// the staged row of d (stage_row) for the experts' format.
 extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat* __restrict__ w3s,
                                           const float* __restrict__ x, int d, const int* __restrict__ idx,
                                           const double* __restrict__ wts, int k, const int* __restrict__ pairs,
@@ -165,7 +165,7 @@ __device__ __forceinline__ void down_fmt(const Mat& w2, const float* h, int inte
 }
 
 // grid (ceil(d / (4 * ER_DOWN)), npairs), block 128, dynamic smem
-// ROW_SMEM(E, inter) doubles for the experts' format.
+// the staged row of inter (stage_row) for the experts' format.
 extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float* __restrict__ h, int inter,
                                        const int* __restrict__ idx, const int* __restrict__ pairs, int d,
                                        float* __restrict__ out) {

@@ -46,8 +46,8 @@ pub const ROW_SMEM_MAX: usize = 112 << 10;
 const WHOLE_ROW_KERNELS: [&str; 5] = ["linear_t1_r1", "linear_t1_r2", "linear_t1_r4", "expert_gate_up", "expert_down"];
 
 /// Shared bytes a decode kernel needs to stage one whole activation row of
-/// `cols` for weights of format `fmt` (kernels/common.cuh `ROW_SMEM`: f64
-/// values, two padding values per chunk), or None above [`ROW_SMEM_MAX`].
+/// `cols` for weights of format `fmt` (kernels/common.cuh `stage_row`:
+/// f64 values, two padding values per chunk), or None above [`ROW_SMEM_MAX`].
 pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
     let e = chunk_values(fmt);
     let bytes = cols / e * (e + 2) * 8;
