@@ -9,9 +9,8 @@
 // (DSpark, CPU twin in crates/dspark/src/model.rs): every query sees the
 // ring's rows at positions max(0, t0-window) .. t0-1 and then all `topk`
 // rows of this chunk, whatever its own position. Logits q.k * scale join a
-// per-head sink logit; out = sum p_j k_j / denominator. All in f64.
-// grid (n, heads), block 128..512, dynamic smem: max_keys doubles and
-// max_keys key addresses.
+// per-head sink logit; out = sum p_j k_j / denominator. All in f64 (the
+// order of each sum below; the CPU twin's differs only in f64 rounding).
 
 __device__ __forceinline__ const float* key_row(int j, int nwin, int first, int t0, const float* ring, int ring_rows,
                                                 const float* local, const float* entries, const int* sel, int t,
@@ -25,14 +24,32 @@ __device__ __forceinline__ const float* key_row(int j, int nwin, int first, int 
     return s >= 0 ? entries + (size_t)s * hd : 0;
 }
 
-#define ATT_QM 16  // query values per lane: head_dim <= 32 * ATT_QM (checked by the host)
+#define ATT_Q4 4       // float4s of the query per lane: head_dim <= 128 * ATT_Q4 (checked by the host)
+#define ATT_GROUPS 16  // key groups: warp g takes keys g, g + 16, ... (block 512)
+#define ATT_KEYS 4     // keys a warp has loading at once
 
+// Lane l holds elements 128 m + 4 l .. 128 m + 4 l + 3 of a row (m < ATT_Q4).
+__device__ __forceinline__ void load_row4(const float* row, int hd, int lane, float4* v) {
+    #pragma unroll
+    for (int m = 0; m < ATT_Q4; m++) {
+        const int e = 128 * m + 4 * lane;
+        v[m] = row && e < hd ? *(const float4*)(row + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// grid (n, heads), block 512 (ATT_GROUPS warps), dynamic smem
+// max(max_keys * 16, ATT_GROUPS / 2 * hd * 8) bytes: the keys' logits (then
+// weights) and row addresses, reused for the key groups' partial outputs.
+// Every sum has one fixed order: a logit is each lane's products in element
+// order, then the butterfly; the denominator's terms thread-strided, then
+// block_sum; an output element is each key group's terms in key order, then
+// group g + 8 added to group g, then groups 0..7 in order.
 extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
                                           const float* __restrict__ local, const float* __restrict__ entries,
                                           const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
                                           int window, const float* __restrict__ sinks, int hd, double scale,
                                           float* __restrict__ out) {
-    extern __shared__ double logits[];  // nk logits, then nk key row addresses (16 bytes a key)
+    extern __shared__ double logits[];  // nk logits, then nk key row addresses
     __shared__ double red[32];
     const int t = blockIdx.x, h = blockIdx.y, heads = gridDim.y;
     const int p = t0 + t;
@@ -43,44 +60,56 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
     if (mode == 1) nent = (p + 1) / ratio;
     else if (mode == 2 || mode == 3) nent = topk;
     const int nk = nwin + nent;
-    const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float** keys = (const float**)(logits + nk);
     for (int j = threadIdx.x; j < nk; j += blockDim.x)
         keys[j] = key_row(j, nwin, first, t0, ring, ring_rows, local, entries, sel, t, topk, mode, hd);
-    // the query in registers, lane-strided (lane l holds elements l, l + 32, ...)
-    double qd[ATT_QM];
-    #pragma unroll
-    for (int m = 0; m < ATT_QM; m++) qd[m] = lane + 32 * m < hd ? (double)qrow[lane + 32 * m] : 0.0;
-    __syncthreads();
-    // logits, two keys per warp at a time (both rows' loads issued before
-    // any product); each a lane-strided f64 sum and the fixed butterfly
-    for (int j = warp; j < nk; j += 2 * nwarps) {
-        const int j2 = j + nwarps;
-        const float* k1 = keys[j];
-        const float* k2 = j2 < nk ? keys[j2] : 0;
-        float a[ATT_QM], b[ATT_QM];
+    double qd[4 * ATT_Q4];
+    {
+        float4 qv[ATT_Q4];
+        load_row4(qrow, hd, lane, qv);
         #pragma unroll
-        for (int m = 0; m < ATT_QM; m++) {
-            const int i = lane + 32 * m;
-            a[m] = k1 && i < hd ? k1[i] : 0.0f;
-            b[m] = k2 && i < hd ? k2[i] : 0.0f;
+        for (int m = 0; m < ATT_Q4; m++) {
+            qd[4 * m] = qv[m].x;
+            qd[4 * m + 1] = qv[m].y;
+            qd[4 * m + 2] = qv[m].z;
+            qd[4 * m + 3] = qv[m].w;
         }
-        double s1 = 0.0, s2 = 0.0;
+    }
+    __syncthreads();
+    // logits: each warp ATT_KEYS keys at a time, all their loads issued first
+    for (int j0 = warp; j0 < nk; j0 += ATT_KEYS * ATT_GROUPS) {
+        float4 kv[ATT_KEYS][ATT_Q4];
         #pragma unroll
-        for (int m = 0; m < ATT_QM; m++) {
-            if (lane + 32 * m < hd) {
-                s1 = fma(qd[m], (double)a[m], s1);
-                s2 = fma(qd[m], (double)b[m], s2);
+        for (int u = 0; u < ATT_KEYS; u++) {
+            const int j = j0 + u * ATT_GROUPS;
+            load_row4(j < nk ? keys[j] : 0, hd, lane, kv[u]);
+        }
+        double s[ATT_KEYS];
+        #pragma unroll
+        for (int u = 0; u < ATT_KEYS; u++) {
+            s[u] = 0.0;
+            #pragma unroll
+            for (int m = 0; m < ATT_Q4; m++) {
+                if (128 * m + 4 * lane < hd) {
+                    s[u] = fma(qd[4 * m], (double)kv[u][m].x, s[u]);
+                    s[u] = fma(qd[4 * m + 1], (double)kv[u][m].y, s[u]);
+                    s[u] = fma(qd[4 * m + 2], (double)kv[u][m].z, s[u]);
+                    s[u] = fma(qd[4 * m + 3], (double)kv[u][m].w, s[u]);
+                }
             }
         }
         #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
-            s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-            s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+            #pragma unroll
+            for (int u = 0; u < ATT_KEYS; u++) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
         }
         if (lane == 0) {
-            logits[j] = k1 ? s1 * scale : -INFINITY;
-            if (j2 < nk) logits[j2] = k2 ? s2 * scale : -INFINITY;
+            #pragma unroll
+            for (int u = 0; u < ATT_KEYS; u++) {
+                const int j = j0 + u * ATT_GROUPS;
+                if (j < nk) logits[j] = keys[j] ? s[u] * scale : -INFINITY;
+            }
         }
     }
     __syncthreads();
@@ -94,28 +123,68 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
         part += e;
     }
     const double denom = exp((double)sinks[h] - mx) + block_sum(part, red);
-    // out[i] = sum_j p_j k_j[i] in key order (zero weights skipped); eight
-    // keys' values loaded before they are summed
-    float* orow = out + ((size_t)t * heads + h) * hd;
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-        double acc = 0.0;
-        for (int j0 = 0; j0 < nk; j0 += 8) {
-            float kv[8];
-            #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int j = j0 + u;
-                kv[u] = j < nk && logits[j] != 0.0 ? keys[j][i] : 0.0f;
-            }
-            #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int j = j0 + u;
-                if (j < nk) {
-                    const double pj = logits[j];
-                    if (pj != 0.0) acc += pj * (double)kv[u];
+    // out = sum_j p_j k_j: warp g takes keys g, g + 16, ... in order (zero
+    // weights skipped), ATT_KEYS rows loading at once
+    double acc[4 * ATT_Q4];
+    #pragma unroll
+    for (int e = 0; e < 4 * ATT_Q4; e++) acc[e] = 0.0;
+    for (int j0 = warp; j0 < nk; j0 += ATT_KEYS * ATT_GROUPS) {
+        float4 kv[ATT_KEYS][ATT_Q4];
+        double pj[ATT_KEYS];
+        #pragma unroll
+        for (int u = 0; u < ATT_KEYS; u++) {
+            const int j = j0 + u * ATT_GROUPS;
+            pj[u] = j < nk ? logits[j] : 0.0;
+            load_row4(pj[u] != 0.0 ? keys[j] : 0, hd, lane, kv[u]);
+        }
+        #pragma unroll
+        for (int u = 0; u < ATT_KEYS; u++) {
+            if (pj[u] != 0.0) {
+                #pragma unroll
+                for (int m = 0; m < ATT_Q4; m++) {
+                    acc[4 * m] += pj[u] * (double)kv[u][m].x;
+                    acc[4 * m + 1] += pj[u] * (double)kv[u][m].y;
+                    acc[4 * m + 2] += pj[u] * (double)kv[u][m].z;
+                    acc[4 * m + 3] += pj[u] * (double)kv[u][m].w;
                 }
             }
         }
-        orow[i] = (float)(acc / denom);
+    }
+    // the groups' partials: g + 8 into g, then 0..7 in order (the key
+    // weights and addresses are no longer needed: their memory holds them)
+    double* part_out = logits;  // [ATT_GROUPS / 2][hd]
+    __syncthreads();
+    const int half = ATT_GROUPS / 2;
+    if (warp >= half) {
+        #pragma unroll
+        for (int m = 0; m < ATT_Q4; m++) {
+            const int e = 128 * m + 4 * lane;
+            if (e < hd) {
+                #pragma unroll
+                for (int c = 0; c < 4; c++) part_out[(size_t)(warp - half) * hd + e + c] = acc[4 * m + c];
+            }
+        }
+    }
+    __syncthreads();
+    if (warp < half) {
+        #pragma unroll
+        for (int m = 0; m < ATT_Q4; m++) {
+            const int e = 128 * m + 4 * lane;
+            if (e < hd) {
+                #pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    double* r = part_out + (size_t)warp * hd + e + c;
+                    *r = acc[4 * m + c] + *r;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    float* orow = out + ((size_t)t * heads + h) * hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        double s = 0.0;
+        for (int g = 0; g < half; g++) s += part_out[(size_t)g * hd + e];
+        orow[e] = (float)(s / denom);
     }
 }
 

@@ -1,143 +1,189 @@
 // hc.cu — manifold-constrained hyper-connections   (CPU twin: cpu/ops/hc.rs)
 //
-// hc_mix_rows + hc_pre: per token, mixes m = fn . (x / rms(x)) over the hc*d streams,
-// pre = sigmoid(m*s0 + b) + eps, post = 2 sigmoid(m*s1 + b),
-// comb = Sinkhorn(softmax_row(m*s2 + b) + eps), and the collapsed input
-// sum_j pre_j x_j. Writes mix[t] = [pre(hc) | post(hc) | comb(hc*hc)] in f64.
+// hc_mix_rows: per token, the mixes m = fn . (x / rms(x)) over the hc*d
+// streams (as per-slice partials). hc_pre: pre = sigmoid(m*s0 + b) + eps and
+// the collapsed input sum_j pre_j x_j. hc_sinkhorn: post = 2 sigmoid(m*s1 + b),
+// comb = Sinkhorn(softmax_row(m*s2 + b) + eps); writes mix[t] =
+// [pre(hc) | post(hc) | comb(hc*hc)] in f64.
 // hc_post: x'_k = post_k * out + sum_j comb[j][k] x_j (in place).
 // hc_head: the selected rows' mixes by hc_mix_rows, then pre only (no
 // Sinkhorn) and the collapse.
-// All in f64 in the CPU twin's order; one rounding per output.
+// All in f64 with one rounding per output. The mixes' dot products are
+// summed per slice of HC_SLICE elements, then over the slices (the CPU
+// twin's f64 order differs from it only in rounding); the rest follows the
+// CPU twin's order.
 
 #define HC_MAX 8
+#define HC_MIX_MAX ((2 + HC_MAX) * HC_MAX)
+// Elements of the flat streams per hc_mix_rows block (its block size).
+#define HC_SLICE 256
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
-// Mixes m[t, j] = fn_j . x_r / rms(x_r), r = rows[t] (t where rows is
-// null), one block per (token, mix row): grid (n, nm), block 256. Writes f64.
+// Per-slice partials of the mixes: block (t, s) takes the flat elements
+// s * HC_SLICE + tid of row r = rows[t] (t where rows is null) and writes
+// partials[t, s] = [sum x^2 | fn_0 . x | ... | fn_{nm-1} . x] over its
+// slice (nm + 1 values; each a warp butterfly, then the warps in order).
+// The mixes are these summed over the slices (slice_sums), times 1/rms.
+// grid (n, ceil(width / HC_SLICE)), block HC_SLICE.
 extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const int* __restrict__ rows,
-                                       const float* __restrict__ fn, int width, float norm_eps,
-                                       double* __restrict__ mixes) {
-    __shared__ double red[32];
-    const int t = blockIdx.x, j = blockIdx.y, nm = gridDim.y;
-    const float* xt = x + (size_t)(rows ? rows[t] : t) * width;
-    const float* f = fn + (size_t)j * width;
-    double ss = 0.0, dot = 0.0;
-    // eight strides' loads issued before their sums (the same per-thread order)
-    for (int i0 = threadIdx.x; i0 < width; i0 += 8 * blockDim.x) {
-        float xv[8], fv[8];
+                                       const float* __restrict__ fn, int width, int nm,
+                                       double* __restrict__ partials) {
+    __shared__ double red[HC_SLICE / 32][HC_MIX_MAX + 1];
+    const int t = blockIdx.x, s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int i = s * HC_SLICE + threadIdx.x;
+    const bool in = i < width;
+    const double xv = in ? (double)x[(size_t)(rows ? rows[t] : t) * width + i] : 0.0;
+    double v = warp_sum(xv * xv);
+    if (lane == 0) red[warp][0] = v;
+    // sixteen rows' loads in flight before their sums
+    for (int j0 = 0; j0 < nm; j0 += 16) {
+        float fv[16];
         #pragma unroll
-        for (int u = 0; u < 8; u++) {
-            const int i = i0 + u * blockDim.x;
-            xv[u] = i < width ? xt[i] : 0.0f;
-            fv[u] = i < width ? f[i] : 0.0f;
-        }
+        for (int u = 0; u < 16; u++) fv[u] = in && j0 + u < nm ? fn[(size_t)(j0 + u) * width + i] : 0.0f;
         #pragma unroll
-        for (int u = 0; u < 8; u++) {
-            if (i0 + u * blockDim.x < width) {
-                ss = fma((double)xv[u], (double)xv[u], ss);
-                dot = fma((double)fv[u], (double)xv[u], dot);
+        for (int u = 0; u < 16; u++) {
+            if (j0 + u < nm) {
+                v = warp_sum((double)fv[u] * xv);
+                if (lane == 0) red[warp][1 + j0 + u] = v;
             }
         }
     }
-    ss = block_sum(ss, red);
-    dot = block_sum(dot, red);
-    if (threadIdx.x == 0) mixes[(size_t)t * nm + j] = dot * (1.0 / sqrt(ss / (double)width + (double)norm_eps));
+    __syncthreads();
+    double* out = partials + ((size_t)t * gridDim.y + s) * (nm + 1);
+    for (int k = threadIdx.x; k <= nm; k += blockDim.x) {
+        double acc = 0.0;
+        for (int w = 0; w < HC_SLICE / 32; w++) acc += red[w][k];
+        out[k] = acc;
+    }
 }
 
-// From the mixes: pre, post and the Sinkhorn comb (one thread per comb
-// element, each sum in the CPU twin's order), then the collapsed input.
-// The first two warps run the Sinkhorn iterations (barrier 1, 64 threads)
-// while the others collapse the streams, which needs only `pre`.
-// grid (n), block 256 (any multiple of 32 above HC_SINKHORN_THREADS).
-#define HC_SINKHORN_THREADS 64
+// Values 0 .. nv-1 of one token's slice partials (stride nm + 1), summed
+// over the slices: lane l takes slices l, l + 32, ... in order, then the
+// butterfly; warp w of the block sums values w, w + nwarps, ... Writes the
+// mixes (times 1/rms of the width values) to m[0 .. nv-2]. Every block that
+// calls it gets the same bits. Ends with a barrier.
+__device__ __forceinline__ void slice_sums(const double* __restrict__ p, int slices, int nm, int nv, int width,
+                                           float norm_eps, double* m, double* ss) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (int v = warp; v < nv; v += nwarps) {
+        double acc = 0.0;
+        for (int s = lane; s < slices; s += 32) acc += p[(size_t)s * (nm + 1) + v];
+        acc = warp_sum(acc);
+        if (lane == 0) {
+            if (v == 0) *ss = acc;
+            else m[v - 1] = acc;
+        }
+    }
+    __syncthreads();
+    const double r = 1.0 / sqrt(*ss / (double)width + (double)norm_eps);
+    for (int v = threadIdx.x; v + 1 < nv; v += blockDim.x) m[v] *= r;
+    __syncthreads();
+}
 
-__device__ __forceinline__ void sinkhorn_sync() { asm volatile("bar.sync 1, 64;" ::: "memory"); }
+// sum_j pre_j x_j for element i of token row xt (hc streams of d).
+__device__ __forceinline__ float collapse_one(const float* __restrict__ xt, const double* pre, int hc, int d, int i) {
+    float xv[HC_MAX];
+    #pragma unroll
+    for (int q = 0; q < HC_MAX; q++) xv[q] = q < hc ? xt[(size_t)q * d + i] : 0.0f;
+    double acc = 0.0;
+    #pragma unroll
+    for (int q = 0; q < HC_MAX; q++)
+        if (q < hc) acc += pre[q] * (double)xv[q];
+    return (float)acc;
+}
 
-extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __restrict__ mixes,
-                                  const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
-                                  int iters, float hc_eps, double* __restrict__ mix, float* __restrict__ collapsed) {
-    __shared__ double a[HC_MAX * HC_MAX];
-    __shared__ double b[HC_MAX * HC_MAX];
+// From the slice partials: pre and the collapsed input (block (t, y) its
+// 256 elements). grid (n, ceil(d/256)), block 256.
+extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __restrict__ partials, int slices,
+                                  int width, float norm_eps, const float* __restrict__ base,
+                                  const float* __restrict__ scale, int hc, int d, float hc_eps,
+                                  float* __restrict__ collapsed) {
+    __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
+    __shared__ double ss;
     const int t = blockIdx.x, tid = threadIdx.x;
     const int nmix = (2 + hc) * hc;
-    const double* m = mixes + (size_t)t * nmix;
-    double* out = mix + (size_t)t * nmix;
-    const double eps = hc_eps;
-    const bool cell = tid < hc * hc;
-    const int j = tid / hc, k = tid % hc;
-    if (tid < hc) {
-        pre_s[tid] = sigmoid_d(m[tid] * (double)scale[0] + (double)base[tid]) + eps;
-        out[tid] = pre_s[tid];
-        out[hc + tid] = 2.0 * sigmoid_d(m[hc + tid] * (double)scale[1] + (double)base[hc + tid]);
-    }
-    if (cell) a[tid] = m[2 * hc + tid] * (double)scale[2] + (double)base[2 * hc + tid];
+    slice_sums(partials + (size_t)t * slices * (nmix + 1), slices, nmix, hc + 1, width, norm_eps, m, &ss);
+    if (tid < hc) pre_s[tid] = sigmoid_d(m[tid] * (double)scale[0] + (double)base[tid]) + (double)hc_eps;
     __syncthreads();
-    if (tid >= HC_SINKHORN_THREADS) {
-        // the collapsed input, four elements' loads in flight per thread
-        const float* xt = x + (size_t)t * hc * d;
-        const int step = blockDim.x - HC_SINKHORN_THREADS;
-        for (int i0 = tid - HC_SINKHORN_THREADS; i0 < d; i0 += 4 * step) {
-            float xv[4][HC_MAX];
-            #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int i = i0 + u * step;
-                #pragma unroll
-                for (int q = 0; q < HC_MAX; q++) xv[u][q] = q < hc && i < d ? xt[(size_t)q * d + i] : 0.0f;
-            }
-            #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int i = i0 + u * step;
-                if (i < d) {
-                    double acc = 0.0;
-                    #pragma unroll
-                    for (int q = 0; q < HC_MAX; q++)
-                        if (q < hc) acc += pre_s[q] * (double)xv[u][q];
-                    collapsed[(size_t)t * d + i] = (float)acc;
-                }
-            }
-        }
-        return;
+    const int i = blockIdx.y * blockDim.x + tid;
+    if (i < d) collapsed[(size_t)t * d + i] = collapse_one(x + (size_t)t * hc * d, pre_s, hc, d, i);
+}
+
+// From the slice partials: pre, post and the Sinkhorn comb, written to
+// mix[t] (the Sinkhorn by warp 0; each sum in the CPU twin's order). Only
+// hc_post reads them, so the engine runs this beside the block on a second
+// stream. grid (n), block 256.
+extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int slices, int width, float norm_eps,
+                                       const float* __restrict__ base, const float* __restrict__ scale, int hc,
+                                       int iters, float hc_eps, double* __restrict__ mix) {
+    __shared__ double m[HC_MIX_MAX];
+    __shared__ double a[HC_MAX * HC_MAX];
+    __shared__ double b[HC_MAX * HC_MAX];
+    __shared__ double ss;
+    const int t = blockIdx.x, tid = threadIdx.x;
+    const int nmix = (2 + hc) * hc;
+    slice_sums(partials + (size_t)t * slices * (nmix + 1), slices, nmix, nmix + 1, width, norm_eps, m, &ss);
+    if (tid >= 32) return;
+    const double eps = hc_eps;
+    // Sinkhorn in warp 0: lane l holds cells l and l + 32
+    const int lane = tid;
+    double* out = mix + (size_t)t * nmix;
+    if (lane < hc) {
+        out[lane] = sigmoid_d(m[lane] * (double)scale[0] + (double)base[lane]) + eps;
+        out[hc + lane] = 2.0 * sigmoid_d(m[hc + lane] * (double)scale[1] + (double)base[hc + lane]);
     }
+    const int cells = hc * hc;
+    for (int c = lane; c < cells; c += 32) a[c] = m[2 * hc + c] * (double)scale[2] + (double)base[2 * hc + c];
+    __syncwarp();
     // row softmax + eps
-    if (cell) {
+    for (int c = lane; c < cells; c += 32) {
+        const int j = c / hc;
         double mx = -1e300;
         for (int q = 0; q < hc; q++) mx = fmax(mx, a[j * hc + q]);
-        b[tid] = exp(a[tid] - mx);
+        b[c] = exp(a[c] - mx);
     }
-    sinkhorn_sync();
-    if (cell) {
+    __syncwarp();
+    for (int c = lane; c < cells; c += 32) {
+        const int j = c / hc;
         double s = 0.0;
         for (int q = 0; q < hc; q++) s += b[j * hc + q];
-        a[tid] = b[tid] / s + eps;
+        a[c] = b[c] / s + eps;
     }
-    sinkhorn_sync();
+    __syncwarp();
     for (int it = 0; it < iters; it++) {
+        double v[2];
         if (it > 0) {
-            double v = 0.0;
-            if (cell) {
-                double s = 0.0;
-                for (int q = 0; q < hc; q++) s += a[j * hc + q];
-                s += eps;
-                v = a[tid] / s;
+            for (int r = 0; r < 2; r++) {
+                const int c = lane + 32 * r;
+                if (c < cells) {
+                    const int j = c / hc;
+                    double s = 0.0;
+                    for (int q = 0; q < hc; q++) s += a[j * hc + q];
+                    v[r] = a[c] / (s + eps);
+                }
             }
-            sinkhorn_sync();
-            if (cell) a[tid] = v;
-            sinkhorn_sync();
+            __syncwarp();
+            for (int r = 0; r < 2; r++)
+                if (lane + 32 * r < cells) a[lane + 32 * r] = v[r];
+            __syncwarp();
         }
-        double v = 0.0;
-        if (cell) {
-            double s = 0.0;
-            for (int q = 0; q < hc; q++) s += a[q * hc + k];
-            s += eps;
-            v = a[tid] / s;
+        for (int r = 0; r < 2; r++) {
+            const int c = lane + 32 * r;
+            if (c < cells) {
+                const int k = c % hc;
+                double s = 0.0;
+                for (int q = 0; q < hc; q++) s += a[q * hc + k];
+                v[r] = a[c] / (s + eps);
+            }
         }
-        sinkhorn_sync();
-        if (cell) a[tid] = v;
-        sinkhorn_sync();
+        __syncwarp();
+        for (int r = 0; r < 2; r++)
+            if (lane + 32 * r < cells) a[lane + 32 * r] = v[r];
+        __syncwarp();
     }
-    if (cell) out[2 * hc + tid] = a[tid];
+    for (int c = lane; c < cells; c += 32) out[2 * hc + c] = a[c];
 }
 
 // grid (n, ceil(d/256)), block 256. x updated in place.
@@ -160,27 +206,21 @@ extern "C" __global__ void hc_post(float* __restrict__ x, const float* __restric
 }
 
 // Final collapse of selected tokens `rows[r]` into y[r, :], from their
-// mixes (hc_mix_rows over hc_head's fn, hc per row): pre only (no
+// slice partials (hc_mix_rows over hc_head's fn, nm = hc): pre only (no
 // Sinkhorn). grid (nrows, ceil(d/256)), block 256.
 extern "C" __global__ void hc_head(const float* __restrict__ x, const int* __restrict__ rows,
-                                   const double* __restrict__ mixes, const float* __restrict__ base,
-                                   const float* __restrict__ scale, int hc, int d, float hc_eps,
-                                   float* __restrict__ y) {
+                                   const double* __restrict__ partials, int slices, int width, float norm_eps,
+                                   const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
+                                   float hc_eps, float* __restrict__ y) {
+    __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
-    const float* xt = x + (size_t)rows[blockIdx.x] * hc * d;
+    __shared__ double ss;
+    slice_sums(partials + (size_t)blockIdx.x * slices * (hc + 1), slices, hc, hc + 1, width, norm_eps, m, &ss);
     if (threadIdx.x < hc) {
         const int j = threadIdx.x;
-        pre_s[j] = sigmoid_d(mixes[(size_t)blockIdx.x * hc + j] * (double)scale[0] + (double)base[j]) + (double)hc_eps;
+        pre_s[j] = sigmoid_d(m[j] * (double)scale[0] + (double)base[j]) + (double)hc_eps;
     }
     __syncthreads();
     const int i = blockIdx.y * blockDim.x + threadIdx.x;
-    if (i >= d) return;
-    float xv[HC_MAX];
-    #pragma unroll
-    for (int j = 0; j < HC_MAX; j++) xv[j] = j < hc ? xt[(size_t)j * d + i] : 0.0f;
-    double acc = 0.0;
-    #pragma unroll
-    for (int j = 0; j < HC_MAX; j++)
-        if (j < hc) acc += pre_s[j] * (double)xv[j];
-    y[(size_t)blockIdx.x * d + i] = (float)acc;
+    if (i < d) y[(size_t)blockIdx.x * d + i] = collapse_one(x + (size_t)rows[blockIdx.x] * hc * d, pre_s, hc, d, i);
 }

@@ -2,64 +2,93 @@
 //
 // indexer_scores: for query t (position p = t0 + t), every visible key
 //   s < (p+1)/ratio scores sum_h relu(q[t,h] . k_s) / sqrt(di) * (w[t,h] / sqrt(heads)),
-//   in f64, heads in order; grid (n), block 256; scores[t * max_entries + s].
+//   in f64, heads in order; scores[t * max_entries + s].
 // indexer_topk: the topk best visible entries, ascending indices, ties to
 //   the lower index; -1 pads. The k-th largest score is found by a bitwise
-//   search on order-preserving 64-bit keys. grid (n), block 256.
+//   search on order-preserving 64-bit keys, then each thread writes its
+//   share at offsets from block prefix sums. grid (n), block 256.
 
-#define IDX_KM 4  // key values per lane: index_head_dim <= 32 * IDX_KM (checked by the host)
+#define IDX_KM 4    // key values per lane: index_head_dim <= 32 * IDX_KM (checked by the host)
+#define IDX_KB 8    // keys per block
+#define IDX_HEADS 64  // heads at most: 8 warps of 8 (checked by the host)
 
-// grid (n, ceil(max visible / 32)), block 256 (8 warps, 4 entries each),
-// dynamic smem heads*di floats (the query) + heads floats (scaled weights).
-extern "C" __global__ void indexer_scores(const float* __restrict__ q, const float* __restrict__ w,
+// grid (n, ceil(max visible / IDX_KB)), block 256: warp w takes heads
+// 8w .. 8w+7 (their query values in registers as f64) for the block's keys;
+// each dot is a lane-strided f64 sum and the fixed butterfly (here as a
+// reduce-scatter: the same pairs in the same order, leaving head
+// 4 b4 + 2 b3 + b2 of the lane's bits on the lane); the total adds the heads'
+// terms in head order.
+extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores(const float* __restrict__ q, const float* __restrict__ w,
                                           const float* __restrict__ keys, int heads, int di, int ratio, int t0,
                                           int max_entries, float heads_sqrt, double* __restrict__ scores) {
-    extern __shared__ float qs[];
+    __shared__ double terms[IDX_KB][IDX_HEADS];
     const int t = blockIdx.x;
     const int p = t0 + t;
     const int visible = (p + 1) / ratio;
-    const int s0 = blockIdx.y * 32;
+    const int s0 = blockIdx.y * IDX_KB;
     if (s0 >= visible) return;
+    const int nk = min(IDX_KB, visible - s0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const double sm = 1.0 / sqrt((double)di);
-    for (int i = threadIdx.x; i < heads * di; i += blockDim.x) qs[i] = q[(size_t)t * heads * di + i];
-    float* ws = qs + heads * di;
-    for (int h = threadIdx.x; h < heads; h += blockDim.x) ws[h] = __fdiv_rn(w[(size_t)t * heads + h], heads_sqrt);
-    __syncthreads();
-    const float* qt = qs;
-    for (int s = s0 + warp; s < min(s0 + 32, visible); s += 8) {
-        const float* k = keys + (size_t)s * di;
-        // the key in registers, lane-strided (lane l holds elements l, l + 32, ...)
-        double kd[IDX_KM];
+    const int h0 = warp * 8;
+    if (h0 < heads) {
+        const double sm = 1.0 / sqrt((double)di);
+        double qd[8][IDX_KM];
         #pragma unroll
-        for (int m = 0; m < IDX_KM; m++) kd[m] = lane + 32 * m < di ? (double)k[lane + 32 * m] : 0.0;
-        double total = 0.0;
-        // eight heads' dots at a time (independent chains and butterflies),
-        // each a lane-strided f64 sum and the fixed butterfly; the total adds
-        // them in head order
-        for (int h0 = 0; h0 < heads; h0 += 8) {
-            double dot[8];
+        for (int u = 0; u < 8; u++) {
+            const float* qh = q + ((size_t)t * heads + min(h0 + u, heads - 1)) * di;
+            #pragma unroll
+            for (int m = 0; m < IDX_KM; m++) qd[u][m] = lane + 32 * m < di ? (double)qh[lane + 32 * m] : 0.0;
+        }
+        // the lane's head after the reduce-scatter, and its weight
+        const int hl = h0 + ((lane & 16) ? 4 : 0) + ((lane & 8) ? 2 : 0) + ((lane & 4) ? 1 : 0);
+        const double wl = hl < heads ? (double)__fdiv_rn(w[(size_t)t * heads + hl], heads_sqrt) : 0.0;
+        float kv[IDX_KB][IDX_KM];
+        #pragma unroll
+        for (int k = 0; k < IDX_KB; k++) {
+            const float* kr = keys + (size_t)(s0 + k) * di;
+            #pragma unroll
+            for (int m = 0; m < IDX_KM; m++) kv[k][m] = k < nk && lane + 32 * m < di ? kr[lane + 32 * m] : 0.0f;
+        }
+        #pragma unroll
+        for (int k = 0; k < IDX_KB; k++) {
+            if (k >= nk) break;
+            double d[8];
             #pragma unroll
             for (int u = 0; u < 8; u++) {
-                const float* qh = qt + (size_t)min(h0 + u, heads - 1) * di;
                 double acc = 0.0;
                 #pragma unroll
                 for (int m = 0; m < IDX_KM; m++)
-                    if (lane + 32 * m < di) acc = fma((double)qh[lane + 32 * m], kd[m], acc);
-                dot[u] = acc;
+                    if (lane + 32 * m < di) acc = fma(qd[u][m], (double)kv[k][m], acc);
+                d[u] = acc;
+            }
+            // butterfly pairs (l, l ^ o), o = 16, 8, 4, then 2, 1 on the one left
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const bool hi = lane & 16;
+                const double keep = hi ? d[i + 4] : d[i], send = hi ? d[i] : d[i + 4];
+                d[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
             }
             #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                #pragma unroll
-                for (int u = 0; u < 8; u++) dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], o);
+            for (int i = 0; i < 2; i++) {
+                const bool hi = lane & 8;
+                const double keep = hi ? d[i + 2] : d[i], send = hi ? d[i] : d[i + 2];
+                d[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
             }
-            #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int h = h0 + u;
-                if (h < heads) total += fmax(dot[u], 0.0) * sm * (double)ws[h];
+            {
+                const bool hi = lane & 4;
+                const double keep = hi ? d[1] : d[0], send = hi ? d[0] : d[1];
+                d[0] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
             }
+            d[0] += __shfl_xor_sync(0xffffffffu, d[0], 2);
+            d[0] += __shfl_xor_sync(0xffffffffu, d[0], 1);
+            if ((lane & 3) == 0 && hl < heads) terms[k][hl] = fmax(d[0], 0.0) * sm * wl;
         }
-        if (lane == 0) scores[(size_t)t * max_entries + s] = total;
+    }
+    __syncthreads();
+    if (threadIdx.x < nk) {
+        double total = 0.0;
+        for (int h = 0; h < heads; h++) total += terms[threadIdx.x][h];
+        scores[(size_t)t * max_entries + s0 + threadIdx.x] = total;
     }
 }
 
@@ -68,9 +97,39 @@ __device__ __forceinline__ u64 order_key(double f) {
     return (b >> 63) ? ~b : (b | 0x8000000000000000ull);
 }
 
+// Sum of one int per thread (blockDim.x a multiple of 32); all threads get it.
+__device__ __forceinline__ int block_sum_int(int v, int* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = __reduce_add_sync(0xffffffffu, v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    int s = 0;
+    for (int i = 0; i < nw; i++) s += red[i];
+    return s;
+}
+
+// Exclusive prefix sum of one int per thread over the block, in thread order.
+__device__ __forceinline__ int block_scan_int(int v, int* red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int inc = v;
+    #pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int n = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += n;
+    }
+    __syncthreads();
+    if (lane == 31) red[warp] = inc;
+    __syncthreads();
+    int before = 0;
+    for (int i = 0; i < warp; i++) before += red[i];
+    return before + inc - v;
+}
+
+// grid (n), block 256. Thread i owns the entries [i * per, (i + 1) * per).
 extern "C" __global__ void indexer_topk(const double* __restrict__ scores, int ratio, int t0, int max_entries,
                                         int topk, int* __restrict__ sel) {
-    __shared__ double red[32];
+    __shared__ int red[32];
     const int t = blockIdx.x;
     const int p = t0 + t;
     const int visible = (p + 1) / ratio;
@@ -84,21 +143,29 @@ extern "C" __global__ void indexer_topk(const double* __restrict__ scores, int r
     u64 T = 0;
     for (int bit = 63; bit >= 0; bit--) {
         const u64 cand = T | (1ull << bit);
-        double c = 0.0;
-        for (int s = threadIdx.x; s < visible; s += blockDim.x) c += order_key(sc[s]) >= cand ? 1.0 : 0.0;
-        c = block_sum(c, red);
-        if (c >= (double)topk) T = cand;
+        int c = 0;
+        for (int s = threadIdx.x; s < visible; s += blockDim.x) c += order_key(sc[s]) >= cand;
+        if (block_sum_int(c, red) >= topk) T = cand;
     }
     // entries above T, then ties at T by ascending index, up to topk; in index order
-    double gt = 0.0;
-    for (int s = threadIdx.x; s < visible; s += blockDim.x) gt += order_key(sc[s]) > T ? 1.0 : 0.0;
-    int ties_left = topk - (int)block_sum(gt, red);
-    if (threadIdx.x == 0) {
-        int o = 0;
-        for (int s = 0; s < visible && o < topk; s++) {
-            const u64 k = order_key(sc[s]);
-            if (k > T) out[o++] = s;
-            else if (k == T && ties_left > 0) { out[o++] = s; ties_left--; }
+    const int per = (visible + blockDim.x - 1) / blockDim.x;
+    const int lo = min(visible, (int)threadIdx.x * per), hi = min(visible, lo + per);
+    int gt = 0, eq = 0;
+    for (int s = lo; s < hi; s++) {
+        const u64 k = order_key(sc[s]);
+        gt += k > T;
+        eq += k == T;
+    }
+    const int ties_left = topk - block_sum_int(gt, red);
+    const int ties = max(0, min(eq, ties_left - block_scan_int(eq, red)));
+    int o = block_scan_int(gt + ties, red);
+    int taken = 0;
+    for (int s = lo; s < hi; s++) {
+        const u64 k = order_key(sc[s]);
+        if (k > T) out[o++] = s;
+        else if (k == T && taken < ties) {
+            out[o++] = s;
+            taken++;
         }
     }
 }

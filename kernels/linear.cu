@@ -69,26 +69,42 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
 }
 
 // Decode (one token): the activation row staged whole, each warp NR rows at
-// once (warp_dot_rows; the same sums as above). grid (ceil(nrows / (4 * NR)),
-// 1, groups), block 128, dynamic smem the staged row (stage_row). Group z:
+// once (warp_dot_rows; the same sums as above). The grid is at most what
+// the SMs hold at once: block b stages the row once, and its warp w takes
+// the row groups b * warps + w, then that plus the grid's warps, and so on
+// (the first group's chunks load while the row is staged). grid (blocks, 1,
+// groups), block 128, dynamic smem the staged row (stage_row). Group z:
 // rows row0 + z*nrows .., input x + z*x_group, outputs y + z*nrows.
 template <int FMT, int NR>
 __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const float* x, float* y, int row0, int nrows,
                                                 double* xs) {
-    const int lane = threadIdx.x & 31;
-    const int j0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * NR;
-    const bool active = j0 < nrows;
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const int stride = gridDim.x * warps * NR;
+    int j0 = (blockIdx.x * warps + (threadIdx.x >> 5)) * NR;
+    const bool scaled = w.scaled != 0;
     RowRef rows[NR];
-    if (active) {
+    uint4 buf[NR][RING(NR)];
+    if (j0 < nrows) {
         #pragma unroll
         for (int r = 0; r < NR; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
+        first_chunks<FMT, NR>(rows, w.cols, buf);
     }
-    double acc[NR];
-    if (!staged_row_dots<FMT, NR>(rows, active, w.scaled != 0, x, w.cols, xs, acc)) return;
-    if (lane == 0) {
-        #pragma unroll
-        for (int r = 0; r < NR; r++)
-            if (j0 + r < nrows) y[j0 + r] = (float)acc[r];
+    stage_row<Fmt<FMT>::E>(x, w.cols, scaled ? pow2d(Code<FMT>::P - 127) : 1.0, xs);
+    __syncthreads();
+    for (bool first = true; j0 < nrows; j0 += stride, first = false) {
+        if (!first) {
+            #pragma unroll
+            for (int r = 0; r < NR; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
+            first_chunks<FMT, NR>(rows, w.cols, buf);
+        }
+        double acc[NR];
+        if (scaled) warp_dot_rows<FMT, NR, true>(rows, w.cols, xs, buf, acc);
+        else warp_dot_rows<FMT, NR, false>(rows, w.cols, xs, buf, acc);
+        if (lane == 0) {
+            #pragma unroll
+            for (int r = 0; r < NR; r++)
+                if (j0 + r < nrows) y[j0 + r] = (float)acc[r];
+        }
     }
 }
 

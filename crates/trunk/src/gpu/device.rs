@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, bail, Context, Result};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, ValidAsZeroBits,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, ValidAsZeroBits,
 };
 
 use super::nvrtc;
@@ -86,7 +86,15 @@ pub struct Gpu {
     pub sm_count: usize,
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
+    /// A second stream for work that only a later step needs (the hc
+    /// Sinkhorn, beside the block): it starts after `side_start` is recorded
+    /// on `stream`, which waits for `side_done` before using its results.
+    pub side: Arc<CudaStream>,
+    side_start: CudaEvent,
+    side_done: CudaEvent,
     kernels: HashMap<&'static str, CudaFunction>,
+    /// Blocks of (kernel, block size, dynamic shared bytes) an SM holds at once.
+    resident: std::sync::Mutex<HashMap<(&'static str, u32, u32), u32>>,
 }
 
 impl Gpu {
@@ -100,9 +108,13 @@ impl Gpu {
         }
         let ctx = CudaContext::new(ordinal).map_err(|e| anyhow!("opening CUDA device {ordinal}: {e}"))?;
         // SAFETY: called before this process allocates through `ctx`; the
-        // engine orders every use of a buffer on the stage's single stream.
+        // engine orders every use of a buffer on the stage's stream (and the
+        // side stream's work between `side_fork` and `side_join`).
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(|e| anyhow!("creating a stream on device {ordinal}: {e}"))?;
+        let side = ctx.new_stream().map_err(|e| anyhow!("creating a stream on device {ordinal}: {e}"))?;
+        let event = || ctx.new_event(None).map_err(|e| anyhow!("creating an event on device {ordinal}: {e}"));
+        let (side_start, side_done) = (event()?, event()?);
         let ptx = nvrtc::ptx()?;
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
@@ -122,7 +134,7 @@ impl Gpu {
         let sm_count = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| anyhow!("querying device {ordinal}: {e}"))? as usize;
-        Ok(Gpu { ordinal, sm_count, ctx, stream, kernels })
+        Ok(Gpu { ordinal, sm_count, ctx, stream, side, side_start, side_done, kernels, resident: Default::default() })
     }
 
     /// Let this device's kernels and copies reach `peer`'s memory directly
@@ -297,8 +309,11 @@ impl Gpu {
             2 => "linear_t1_r2",
             _ => "linear_t1_r1",
         };
-        let grid = (nrows.div_ceil(DECODE_WARPS * rpw) as u32, 1, groups as u32);
-        crate::launch!(self, kernel, Gpu::cfg(grid, (DECODE_WARPS * 32) as u32, smem);
+        // at most the blocks the SMs hold at once (the kernels loop over row groups)
+        let block = (DECODE_WARPS * 32) as u32;
+        let fit = (self.resident_blocks(kernel, block, smem)? * self.sm_count / groups).max(1);
+        let grid = (nrows.div_ceil(DECODE_WARPS * rpw).min(fit) as u32, 1, groups as u32);
+        crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
             w.arg, x, x_group as i32, y, row0 as i32, nrows as i32);
         Ok(true)
     }
@@ -320,6 +335,36 @@ impl Gpu {
         Ok(dst)
     }
 
+    /// Let the side stream start: work launched on it from now on runs after
+    /// everything launched on `stream` so far.
+    pub fn side_fork(&self) -> Result<()> {
+        self.side_start.record(&self.stream).map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
+        self.side.wait(&self.side_start).map_err(|e| anyhow!("device {}: {e}", self.ordinal))
+    }
+
+    /// Work launched on `stream` from now on runs after everything launched
+    /// on the side stream so far.
+    pub fn side_join(&self) -> Result<()> {
+        self.side_done.record(&self.side).map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
+        self.stream.wait(&self.side_done).map_err(|e| anyhow!("device {}: {e}", self.ordinal))
+    }
+
+    /// Blocks of `kernel` (with `block` threads and `smem` dynamic shared
+    /// bytes) one SM holds at once, asked of the driver once per shape.
+    pub fn resident_blocks(&self, kernel: &'static str, block: u32, smem: u32) -> Result<usize> {
+        let mut cache = self.resident.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&n) = cache.get(&(kernel, block, smem)) {
+            return Ok(n as usize);
+        }
+        let n = self
+            .func(kernel)?
+            .occupancy_max_active_blocks_per_multiprocessor(block, smem as usize, None)
+            .map_err(|e| anyhow!("device {}: occupancy of `{kernel}`: {e}", self.ordinal))?
+            .max(1);
+        cache.insert((kernel, block, smem), n);
+        Ok(n as usize)
+    }
+
     pub fn func(&self, name: &str) -> Result<&CudaFunction> {
         self.kernels.get(name).with_context(|| format!("kernel `{name}` not loaded"))
     }
@@ -329,15 +374,19 @@ impl Gpu {
     }
 }
 
-/// Launch `$name` on `$gpu` with a config and arguments (each a value that
+/// Launch `$name` on `$gpu` (on its stream, or `$gpu => side` on the side
+/// stream) with a config and arguments (each a value that
 /// implements `DeviceRepr`: raw addresses as u64, ints, floats, `MatArg`).
 #[macro_export]
 macro_rules! launch {
-    ($gpu:expr, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
+    ($gpu:expr, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {
+        $crate::launch!($gpu => stream, $name, $cfg; $($arg),*)
+    };
+    ($gpu:expr => $stream:ident, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
         let name: &str = $name;
         let cfg: cudarc::driver::LaunchConfig = $cfg;
         let f = $gpu.func(name)?;
-        let mut b = $gpu.stream.launch_builder(f);
+        let mut b = $gpu.$stream.launch_builder(f);
         $( let a = $arg; cudarc::driver::PushKernelArg::arg(&mut b, &a); )*
         // SAFETY: argument types and counts follow the kernel signatures in
         // kernels/*.cu; every address points into a live buffer of the size

@@ -13,7 +13,7 @@ use kvstate::StateStore;
 
 use super::device::{Buf, Gpu};
 use super::profile::ProfileCell;
-use super::state::{GpuState, ScratchDims};
+use super::state::{hc_slices, GpuState, ScratchDims, HC_SLICE};
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
 use crate::config::{AttnKind, Dsv4Config};
 pub use crate::cpu::ops::moe::MoeArm;
@@ -119,15 +119,23 @@ impl Dsv4Gpu {
         if devices.is_empty() {
             bail!("no devices given");
         }
-        // kernels/hc.cu HC_MAX, moe.cu's chosen[16], attention.cu ATT_QM, indexer.cu IDX_KM
-        if cfg.hc_mult > 8 || cfg.num_experts_per_tok > 16 || cfg.head_dim > 512 || cfg.index_head_dim > 128 {
+        // kernels/hc.cu HC_MAX, moe.cu's chosen[16], attention.cu ATT_Q4 (float4 rows), indexer.cu
+        // IDX_KM and IDX_HEADS
+        if cfg.hc_mult > 8
+            || cfg.num_experts_per_tok > 16
+            || cfg.head_dim > 512
+            || !cfg.head_dim.is_multiple_of(4)
+            || cfg.index_head_dim > 128
+            || cfg.index_n_heads > 64
+        {
             bail!(
-                "the GPU kernels support hc_mult <= 8, num_experts_per_tok <= 16, head_dim <= 512 and \
-                 index_head_dim <= 128 (this config: {}, {}, {}, {})",
+                "the GPU kernels support hc_mult <= 8, num_experts_per_tok <= 16, head_dim <= 512 (a multiple \
+                 of 4), index_head_dim <= 128 and index_n_heads <= 64 (this config: {}, {}, {}, {}, {})",
                 cfg.hc_mult,
                 cfg.num_experts_per_tok,
                 cfg.head_dim,
-                cfg.index_head_dim
+                cfg.index_head_dim,
+                cfg.index_n_heads
             );
         }
         let n = cfg.num_hidden_layers;
@@ -648,12 +656,13 @@ impl Dsv4Gpu {
     /// `sc.hy` (their mixes by `hc_mix_rows`, then `hc_head`).
     pub(super) fn hc_head(&self, g: &Gpu, sc: &super::state::Scratch, hcw: &DevHc, n: usize) -> Result<()> {
         let c = &self.config;
-        let (hc, d) = (c.hc_mult, c.hidden_size);
-        launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, hc as u32, 1), 256, 0);
-            sc.x.ptr, sc.head_rows.ptr, hcw.fn_.ptr, (hc * d) as i32, c.rms_norm_eps as f32, sc.head_mix.ptr);
+        let (hc, d, eps) = (c.hc_mult, c.hidden_size, c.rms_norm_eps as f32);
+        let slices = hc_slices(hc, d);
+        launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, slices as u32, 1), HC_SLICE as u32, 0);
+            sc.x.ptr, sc.head_rows.ptr, hcw.fn_.ptr, (hc * d) as i32, hc as i32, sc.head_mix.ptr);
         launch!(g, "hc_head", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
-            sc.x.ptr, sc.head_rows.ptr, sc.head_mix.ptr, hcw.base.ptr, hcw.scale.ptr, hc as i32, d as i32,
-            c.hc_eps as f32, sc.hy.ptr);
+            sc.x.ptr, sc.head_rows.ptr, sc.head_mix.ptr, slices as i32, (hc * d) as i32, eps, hcw.base.ptr,
+            hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, sc.hy.ptr);
         Ok(())
     }
 
@@ -664,12 +673,26 @@ impl Dsv4Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn hc_pre(&self, g: &Gpu, hc: &DevHc, x: u64, mixes: u64, mix: u64, out: u64, n: usize) -> Result<()> {
         let c = &self.config;
-        let nmix = (2 + c.hc_mult) * c.hc_mult;
-        launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, nmix as u32, 1), 256, 0);
-            x, 0u64, hc.fn_.ptr, (c.hc_mult * c.hidden_size) as i32, c.rms_norm_eps as f32, mixes);
-        launch!(g, "hc_pre", Gpu::cfg((n as u32, 1, 1), 256, 0);
-            x, mixes, hc.base.ptr, hc.scale.ptr, c.hc_mult as i32, c.hidden_size as i32,
-            c.hc_sinkhorn_iters as i32, c.hc_eps as f32, mix, out);
+        let (h, d, eps) = (c.hc_mult, c.hidden_size, c.rms_norm_eps as f32);
+        let (nmix, slices, width) = ((2 + h) * h, hc_slices(h, d), (h * d) as i32);
+        launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, slices as u32, 1), HC_SLICE as u32, 0);
+            x, 0u64, hc.fn_.ptr, width, nmix as i32, mixes);
+        // post and comb only matter to hc_post (after the block): the side stream
+        g.side_fork()?;
+        launch!(g => side, "hc_sinkhorn", Gpu::cfg((n as u32, 1, 1), 256, 0);
+            mixes, slices as i32, width, eps, hc.base.ptr, hc.scale.ptr, h as i32, c.hc_sinkhorn_iters as i32,
+            c.hc_eps as f32, mix);
+        launch!(g, "hc_pre", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
+            x, mixes, slices as i32, width, eps, hc.base.ptr, hc.scale.ptr, h as i32, d as i32, c.hc_eps as f32, out);
+        Ok(())
+    }
+
+    /// `x'_k = post_k * out + sum_j comb[j][k] x_j` with the mixes `mix` of
+    /// the last `hc_pre` (after its Sinkhorn on the side stream).
+    fn hc_post(&self, g: &Gpu, x: u64, out: u64, mix: u64, n: usize) -> Result<()> {
+        let (hc, d) = (self.config.hc_mult, self.config.hidden_size);
+        g.side_join()?;
+        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); x, out, mix, hc as i32, d as i32);
         Ok(())
     }
 
@@ -687,7 +710,7 @@ impl Dsv4Gpu {
         let c = &self.config;
         let stage = &self.stages[si];
         let g = &*stage.gpu;
-        let (d, hc) = (c.hidden_size, c.hc_mult);
+        let d = c.hidden_size;
         let sc = &st.scratch[si];
         // attention site
         self.mark(si, "hc")?;
@@ -696,14 +719,14 @@ impl Dsv4Gpu {
         self.attention(st, si, l, dl, n, t0, pass)?;
         let sc = &st.scratch[si];
         self.mark(si, "hc")?;
-        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); sc.x.ptr, sc.a.ptr, sc.mix.ptr, hc as i32, d as i32);
+        self.hc_post(g, sc.x.ptr, sc.a.ptr, sc.mix.ptr, n)?;
         // ffn site
         self.hc_pre(g, &dl.hc_ffn, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.norm(g, sc.h.ptr, dl.ffn_norm.ptr, n, d)?;
         self.moe(st, si, l, dl, n)?;
         let sc = &st.scratch[si];
         self.mark(si, "hc")?;
-        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); sc.x.ptr, sc.y.ptr, sc.mix.ptr, hc as i32, d as i32);
+        self.hc_post(g, sc.x.ptr, sc.y.ptr, sc.mix.ptr, n)?;
         Ok(())
     }
 }

@@ -20,6 +20,13 @@ const ER_DOWN: usize = 4;
 /// key row's address.
 pub(super) const ATTENTION_SMEM_PER_KEY: usize = 16;
 
+/// Keys per `indexer_scores` block (kernels/indexer.cu `IDX_KB`).
+const INDEXER_KEYS_PER_BLOCK: usize = 8;
+
+/// Output rows of f64 partials `attention_rows` keeps in the same shared
+/// memory after the keys (kernels/attention.cu `ATT_GROUPS / 2`).
+pub(super) const ATTENTION_GROUP_PARTIALS: usize = 8;
+
 /// Keys `attention_rows` can hold: the 48 KiB a launch gets without opting
 /// in, less its 32 static doubles (3056; at DeepSeek-V4-Flash widths an
 /// HCA layer reaches it at about 375k positions).
@@ -119,8 +126,7 @@ impl Dsv4Gpu {
             self.lin(g, wp, sc.h.ptr, sc.iw.ptr, n)?;
             let me = sc.max_entries;
             let vis_max = (t0 + n) / ratio;
-            let smem = ((hi * di + hi) * 4) as u32;
-            launch!(g, "indexer_scores", Gpu::cfg((n as u32, vis_max.div_ceil(32).max(1) as u32, 1), 256, smem);
+            launch!(g, "indexer_scores", Gpu::cfg((n as u32, vis_max.div_ceil(INDEXER_KEYS_PER_BLOCK).max(1) as u32, 1), 256, 0);
                 sc.iq.ptr, sc.iw.ptr, eb, hi as i32, di as i32, ratio as i32, t0 as i32, me as i32,
                 (hi as f32).sqrt(), sc.scores.ptr);
             launch!(g, "indexer_topk", Gpu::cfg((n as u32, 1, 1), 256, 0);
@@ -136,8 +142,8 @@ impl Dsv4Gpu {
         self.mark(si, "attn.core")?;
         let kv_ring = &st.kv.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
-        let ablock = (hd.div_ceil(32) * 32).clamp(128, 512) as u32;
-        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), ablock, (max_keys * ATTENTION_SMEM_PER_KEY) as u32);
+        let smem = (max_keys * ATTENTION_SMEM_PER_KEY).max(ATTENTION_GROUP_PARTIALS * hd * 8);
+        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), 512, smem as u32);
             sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), sc.attn.ptr);
         if pass == Pass::Commit {

@@ -34,6 +34,7 @@ pub const KERNELS: &[&str] = &[
     "rms_norm_f32",
     "embed_rows",
     "hc_pre",
+    "hc_sinkhorn",
     "hc_post",
     "hc_head",
     "rope_rows",

@@ -15,6 +15,7 @@ pub struct Scratch {
     pub tokens: Buf<i32>,
     pub x: Buf<f32>,
     pub mix: Buf<f64>,
+    /// The mixes' per-slice partials (`hc_slices` x (mixes + 1) a token).
     pub mixes: Buf<f64>,
     pub h: Buf<f32>,
     pub hq: Buf<f32>,
@@ -52,12 +53,21 @@ pub struct Scratch {
     pub hy: Buf<f32>,
     pub logits: Buf<f32>,
     pub argmax: Buf<i32>,
-    /// hc_head's mixes of the head rows (f64, `hc` a row).
+    /// hc_head's per-slice partials of the head rows (`hc_slices` x (hc + 1) a row).
     pub head_mix: Buf<f64>,
     /// Per-slice (value, index) partials of the head rows' argmax.
     pub argmax_v: Buf<f32>,
     pub argmax_i: Buf<i32>,
     pub max_entries: usize,
+}
+
+/// Flat stream elements per `hc_mix_rows` block (kernels/hc.cu `HC_SLICE`,
+/// its block size): the mixes are summed per slice, then over the slices.
+pub const HC_SLICE: usize = 256;
+
+/// Slices of a token's `hc * d` flat streams.
+pub fn hc_slices(hc: usize, d: usize) -> usize {
+    (hc * d).div_ceil(HC_SLICE)
 }
 
 /// Rows of logits computed per head launch.
@@ -93,7 +103,8 @@ impl ScratchDims {
     pub fn elements(&self, w: usize) -> usize {
         let per_token = 1
             + self.hc * self.d
-            + 4 * (2 + self.hc) * self.hc
+            + 2 * (2 + self.hc) * self.hc
+            + 2 * hc_slices(self.hc, self.d) * ((2 + self.hc) * self.hc + 1)
             + 2 * self.d
             + 2 * self.q_lora
             + 2 * self.heads_x_hd
@@ -114,7 +125,8 @@ impl ScratchDims {
             + self.k * self.d
             + 4 * self.inter
             + 2 * self.d;
-        w * per_token + LOGIT_ROWS * (1 + self.d + self.vocab + 1 + 2 * self.hc + 2 * ARGMAX_SLICES)
+        let head_mix = 2 * hc_slices(self.hc, self.d) * (self.hc + 1);
+        w * per_token + LOGIT_ROWS * (1 + self.d + self.vocab + 1 + head_mix + 2 * ARGMAX_SLICES)
     }
 
     pub fn alloc(&self, gpu: &Gpu, w: usize) -> Result<Scratch> {
@@ -127,7 +139,7 @@ impl ScratchDims {
             tokens: i(w)?,
             x: f(w * self.hc * self.d)?,
             mix: dd(w * (2 + self.hc) * self.hc)?,
-            mixes: dd(w * (2 + self.hc) * self.hc)?,
+            mixes: dd(w * hc_slices(self.hc, self.d) * ((2 + self.hc) * self.hc + 1))?,
             h: f(w * self.d)?,
             hq: f(w * self.d)?,
             qr: f(w * self.q_lora)?,
@@ -164,7 +176,7 @@ impl ScratchDims {
             hy: f(LOGIT_ROWS * self.d)?,
             logits: f(LOGIT_ROWS * self.vocab)?,
             argmax: i(LOGIT_ROWS)?,
-            head_mix: dd(LOGIT_ROWS * self.hc)?,
+            head_mix: dd(LOGIT_ROWS * hc_slices(self.hc, self.d) * (self.hc + 1))?,
             argmax_v: f(LOGIT_ROWS * ARGMAX_SLICES)?,
             argmax_i: i(LOGIT_ROWS * ARGMAX_SLICES)?,
             max_entries: self.max_entries,
