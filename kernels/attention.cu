@@ -11,6 +11,8 @@
 // rows of this chunk, whatever its own position. Logits q.k * scale join a
 // per-head sink logit; out = sum p_j k_j / denominator. All in f64 (the
 // order of each sum below; the CPU twin's differs only in f64 rounding).
+// The output's last 2 npairs dims are then rotated back (rope.cu's inverse
+// at position rope_pos0 + t).
 
 __device__ __forceinline__ const float* key_row(int j, int nwin, int first, int t0, const float* ring, int ring_rows,
                                                 const float* local, const float* entries, const int* sel, int t,
@@ -48,6 +50,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
                                           const float* __restrict__ local, const float* __restrict__ entries,
                                           const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
                                           int window, const float* __restrict__ sinks, int hd, double scale,
+                                          const float* __restrict__ inv_freq, int npairs, int rope_pos0,
                                           float* __restrict__ out) {
     extern __shared__ double logits[];  // nk logits, then nk key row addresses
     __shared__ double red[32];
@@ -186,6 +189,8 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
         for (int g = 0; g < half; g++) s += part_out[(size_t)g * hd + e];
         orow[e] = (float)(s / denom);
     }
+    __syncthreads();  // the row written above, rotated back (rope_rows inverse) in place
+    rope_row(orow + (hd - 2 * npairs), (float)(rope_pos0 + t), inv_freq, npairs, true);
 }
 
 // Append the last rows of a chunk to a ring: rows t with t >= n - ring_rows

@@ -448,6 +448,19 @@ __device__ __forceinline__ void rotate_pair(float* a, float* b, float c, float s
     *b = __fadd_rn(__fmul_rn(y, c), __fmul_rn(x, s));
 }
 
+// RoPE of one row's rotated part r (npairs pairs) at position p: angles in
+// f32 (p * inv_freq), cos/sin in double of that angle (rope.cu).
+__device__ __forceinline__ void rope_row(float* r, float p, const float* __restrict__ inv_freq, int npairs,
+                                         bool inverse) {
+    for (int i = threadIdx.x; i < npairs; i += blockDim.x) {
+        const float ang = __fmul_rn(p, inv_freq[i]);
+        const float c = (float)cos((double)ang);
+        float s = (float)sin((double)ang);
+        if (inverse) s = -s;
+        rotate_pair(&r[2 * i], &r[2 * i + 1], c, s);
+    }
+}
+
 __device__ __forceinline__ float block_max(float v, float* red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     #pragma unroll

@@ -5,7 +5,8 @@
 // the collapsed input sum_j pre_j x_j. hc_sinkhorn: post = 2 sigmoid(m*s1 + b),
 // comb = Sinkhorn(softmax_row(m*s2 + b) + eps); writes mix[t] =
 // [pre(hc) | post(hc) | comb(hc*hc)] in f64.
-// hc_post: x'_k = post_k * out + sum_j comb[j][k] x_j (in place).
+// hc_post: x'_k = post_k * out + sum_j comb[j][k] x_j (in place), out the
+// block's output (for the MoE, its slots and shared expert combined here).
 // hc_head: the selected rows' mixes by hc_mix_rows, then pre only (no
 // Sinkhorn) and the collapse.
 // All in f64 with one rounding per output. The mixes' dot products are
@@ -186,9 +187,13 @@ extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int 
     for (int c = lane; c < cells; c += 32) out[2 * hc + c] = a[c];
 }
 
-// grid (n, ceil(d/256)), block 256. x updated in place.
-extern "C" __global__ void hc_post(float* __restrict__ x, const float* __restrict__ out, const double* __restrict__ mix,
-                                   int hc, int d) {
+// The block's output `out`, or (where `slots` is not null) the MoE's: its
+// k slot outputs and the shared expert's summed in f64 (the shared one
+// left out where skip_shared), rounded once. grid (n, ceil(d/256)), block
+// 256. x updated in place.
+extern "C" __global__ void hc_post(float* __restrict__ x, const float* __restrict__ out,
+                                   const float* __restrict__ slots, int k, int skip_shared,
+                                   const double* __restrict__ mix, int hc, int d) {
     const int t = blockIdx.x;
     const int i = blockIdx.y * blockDim.x + threadIdx.x;
     if (i >= d) return;
@@ -197,7 +202,16 @@ extern "C" __global__ void hc_post(float* __restrict__ x, const float* __restric
     float* xt = x + (size_t)t * hc * d;
     float old[HC_MAX];
     for (int j = 0; j < hc; j++) old[j] = xt[(size_t)j * d + i];
-    const double o = out[(size_t)t * d + i];
+    float of;
+    if (slots) {
+        double acc = 0.0;
+        for (int s = 0; s < k; s++) acc += (double)slots[((size_t)t * k + s) * d + i];
+        if (!skip_shared) acc += (double)out[(size_t)t * d + i];
+        of = (float)acc;
+    } else {
+        of = out[(size_t)t * d + i];
+    }
+    const double o = of;
     for (int k = 0; k < hc; k++) {
         double acc = m[hc + k] * o;
         for (int j = 0; j < hc; j++) acc += m[2 * hc + j * hc + k] * (double)old[j];

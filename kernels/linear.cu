@@ -75,26 +75,34 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
 // (the first group's chunks load while the row is staged). grid (blocks, 1,
 // groups), block 128, dynamic smem the staged row (stage_row). Group z:
 // rows row0 + z*nrows .., input x + z*x_group, outputs y + z*nrows.
+// A pair of matrices of one format, width and `scaled` (two products of
+// one input, such as W1 and W3) in one launch: rows j < na are rows of w
+// written to y, the others rows j - na of w2 written to y2 (no groups).
 template <int FMT, int NR>
-__device__ __forceinline__ void linear_rows_fmt(const Mat& w, const float* x, float* y, int row0, int nrows,
-                                                double* xs) {
+__device__ __forceinline__ void linear_rows_fmt(const Mat& w, const Mat& w2, int na, const float* x, float* y,
+                                                float* y2, int row0, int nrows, double* xs) {
     const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     const int stride = gridDim.x * warps * NR;
     int j0 = (blockIdx.x * warps + (threadIdx.x >> 5)) * NR;
     const bool scaled = w.scaled != 0;
     RowRef rows[NR];
     uint4 buf[NR][RING(NR)];
-    if (j0 < nrows) {
+    auto refs = [&](int j0) {
         #pragma unroll
-        for (int r = 0; r < NR; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
+        for (int r = 0; r < NR; r++) {
+            const int j = min(j0 + r, nrows - 1);
+            rows[r] = j < na ? row_ref<FMT>(w, row0 + j) : row_ref<FMT>(w2, j - na);
+        }
+    };
+    if (j0 < nrows) {
+        refs(j0);
         first_chunks<FMT, NR>(rows, w.cols, buf);
     }
     stage_row<Fmt<FMT>::E>(x, w.cols, scaled ? pow2d(Code<FMT>::P - 127) : 1.0, xs);
     __syncthreads();
     for (bool first = true; j0 < nrows; j0 += stride, first = false) {
         if (!first) {
-            #pragma unroll
-            for (int r = 0; r < NR; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
+            refs(j0);
             first_chunks<FMT, NR>(rows, w.cols, buf);
         }
         double acc[NR];
@@ -102,37 +110,40 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const float* x, fl
         else warp_dot_rows<FMT, NR, false>(rows, w.cols, xs, buf, acc);
         if (lane == 0) {
             #pragma unroll
-            for (int r = 0; r < NR; r++)
-                if (j0 + r < nrows) y[j0 + r] = (float)acc[r];
+            for (int r = 0; r < NR; r++) {
+                const int j = j0 + r;
+                if (j < nrows) *(j < na ? y + j : y2 + (j - na)) = (float)acc[r];
+            }
         }
     }
 }
 
 template <int NR>
-__device__ __forceinline__ void linear_rows(const Mat& w, const float* x, int x_group, float* y, int row0, int nrows) {
+__device__ __forceinline__ void linear_rows(const Mat& w, const Mat& w2, int na, const float* x, int x_group, float* y,
+                                            float* y2, int row0, int nrows) {
     const int z = blockIdx.z;
     x += (size_t)z * x_group;
     y += (size_t)z * nrows;
     row0 += z * nrows;
     switch (w.fmt) {
-        case FMT_BF16: linear_rows_fmt<FMT_BF16, NR>(w, x, y, row0, nrows, xs_dyn); break;
-        case FMT_FP8: linear_rows_fmt<FMT_FP8, NR>(w, x, y, row0, nrows, xs_dyn); break;
-        case FMT_FP4: linear_rows_fmt<FMT_FP4, NR>(w, x, y, row0, nrows, xs_dyn); break;
-        default: linear_rows_fmt<FMT_F32, NR>(w, x, y, row0, nrows, xs_dyn); break;
+        case FMT_BF16: linear_rows_fmt<FMT_BF16, NR>(w, w2, na, x, y, y2, row0, nrows, xs_dyn); break;
+        case FMT_FP8: linear_rows_fmt<FMT_FP8, NR>(w, w2, na, x, y, y2, row0, nrows, xs_dyn); break;
+        case FMT_FP4: linear_rows_fmt<FMT_FP4, NR>(w, w2, na, x, y, y2, row0, nrows, xs_dyn); break;
+        default: linear_rows_fmt<FMT_F32, NR>(w, w2, na, x, y, y2, row0, nrows, xs_dyn); break;
     }
 }
 
-extern "C" __global__ void linear_t1_r1(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
-                                        int row0, int nrows) {
-    linear_rows<1>(w, x, x_group, y, row0, nrows);
+extern "C" __global__ void linear_t1_r1(Mat w, Mat w2, int na, const float* __restrict__ x, int x_group,
+                                        float* __restrict__ y, float* __restrict__ y2, int row0, int nrows) {
+    linear_rows<1>(w, w2, na, x, x_group, y, y2, row0, nrows);
 }
 
-extern "C" __global__ void linear_t1_r2(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
-                                        int row0, int nrows) {
-    linear_rows<2>(w, x, x_group, y, row0, nrows);
+extern "C" __global__ void linear_t1_r2(Mat w, Mat w2, int na, const float* __restrict__ x, int x_group,
+                                        float* __restrict__ y, float* __restrict__ y2, int row0, int nrows) {
+    linear_rows<2>(w, w2, na, x, x_group, y, y2, row0, nrows);
 }
 
-extern "C" __global__ void linear_t1_r4(Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y,
-                                        int row0, int nrows) {
-    linear_rows<4>(w, x, x_group, y, row0, nrows);
+extern "C" __global__ void linear_t1_r4(Mat w, Mat w2, int na, const float* __restrict__ x, int x_group,
+                                        float* __restrict__ y, float* __restrict__ y2, int row0, int nrows) {
+    linear_rows<4>(w, w2, na, x, x_group, y, y2, row0, nrows);
 }

@@ -10,7 +10,8 @@
 //   arm, one expert's for the per-expert arm): both compute every element
 //   with the same instructions.
 // expert_down: out[pair, j] = W2_j . h[pair].
-// moe_combine: y[t] = sum_slot out[t*k + slot] + shared[t] (f64); grid (n, ceil(d/256)).
+// The combination y[t] = sum_slot out[t*k + slot] + shared[t] (f64) is
+// done where it is read, in hc.cu's hc_post.
 // Routing weights are kept in f64 as the CPU twin keeps them.
 
 __device__ __forceinline__ double score_of(double l, int func, double mx, double z) {
@@ -186,15 +187,4 @@ extern "C" __global__ void swiglu_rows(const float* __restrict__ g, const float*
                                        float* __restrict__ h) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) h[i] = swiglu(g[i], u[i], lim, 1.0);
-}
-
-extern "C" __global__ void moe_combine(const float* __restrict__ out, const float* __restrict__ shared, int k, int d,
-                                       int skip_shared, float* __restrict__ y) {
-    const int t = blockIdx.x;
-    const int j = blockIdx.y * blockDim.x + threadIdx.x;
-    if (j >= d) return;
-    double acc = 0.0;
-    for (int s = 0; s < k; s++) acc += (double)out[((size_t)t * k + s) * d + j];
-    if (!skip_shared) acc += (double)shared[(size_t)t * d + j];
-    y[(size_t)t * d + j] = (float)acc;
 }

@@ -9,10 +9,9 @@ __device__ __forceinline__ float norm_one(float x, double r, float g, const floa
     return (float)(w ? v * (double)g : v);
 }
 
-extern "C" __global__ void rms_norm_f32(const float* x, float* y, const float* __restrict__ w, int width, float eps) {
-    __shared__ double red[32];
-    const float* xr = x + (size_t)blockIdx.x * width;
-    float* yr = y + (size_t)blockIdx.x * width;
+// One row (all threads of the block).
+__device__ __forceinline__ void rms_norm_row(const float* xr, float* yr, const float* __restrict__ w, int width,
+                                             float eps, double* red) {
     const bool vec = (width & 3) == 0 && (((size_t)xr) & 15) == 0 && (((size_t)yr) & 15) == 0 &&
                      (((size_t)w) & 15) == 0;
     double ss = 0.0;
@@ -62,4 +61,21 @@ extern "C" __global__ void rms_norm_f32(const float* x, float* y, const float* _
         return;
     }
     for (int i = threadIdx.x; i < width; i += blockDim.x) yr[i] = norm_one(xr[i], r, w ? w[i] : 1.0f, w);
+}
+
+extern "C" __global__ void rms_norm_f32(const float* x, float* y, const float* __restrict__ w, int width, float eps) {
+    __shared__ double red[32];
+    rms_norm_row(x + (size_t)blockIdx.x * width, y + (size_t)blockIdx.x * width, w, width, eps, red);
+}
+
+// rms_norm_f32 then rope_rows (forward) on each row in one launch, the same
+// operations in the same order: rows of n tokens x heads, token t at
+// position pos0 + t. In place. grid (n * heads), block 256.
+extern "C" __global__ void rms_norm_rope(float* x, const float* __restrict__ w, int width, float eps, int heads,
+                                         const float* __restrict__ inv_freq, int npairs, int pos0) {
+    __shared__ double red[32];
+    float* xr = x + (size_t)blockIdx.x * width;
+    rms_norm_row(xr, xr, w, width, eps, red);
+    __syncthreads();  // the normalized row, written by every thread, read back below
+    rope_row(xr + (width - 2 * npairs), (float)(pos0 + (int)blockIdx.x / heads), inv_freq, npairs, false);
 }

@@ -8,14 +8,5 @@
 extern "C" __global__ void rope_rows(float* __restrict__ x, int heads, int width, const float* __restrict__ inv_freq,
                                      int npairs, int pos0, int inverse) {
     const int row = blockIdx.x;
-    const int t = row / heads;
-    const float p = (float)(pos0 + t);
-    float* r = x + (size_t)row * width + (width - 2 * npairs);
-    for (int i = threadIdx.x; i < npairs; i += blockDim.x) {
-        const float ang = __fmul_rn(p, inv_freq[i]);
-        const float c = (float)cos((double)ang);
-        float s = (float)sin((double)ang);
-        if (inverse) s = -s;
-        rotate_pair(&r[2 * i], &r[2 * i + 1], c, s);
-    }
+    rope_row(x + (size_t)row * width + (width - 2 * npairs), (float)(pos0 + row / heads), inv_freq, npairs, inverse);
 }

@@ -248,7 +248,7 @@ impl Gpu {
         row0: usize,
         nrows: usize,
     ) -> Result<()> {
-        if n == 1 && self.decode_rows(w, x, 0, y, row0, 1, nrows)? {
+        if n == 1 && self.decode_rows(w, None, x, 0, y, row0, 1, nrows)? {
             return Ok(());
         }
         // a tile of one token for decode, eight otherwise; the same sums either way
@@ -275,7 +275,7 @@ impl Gpu {
         groups: usize,
         rows_per_group: usize,
     ) -> Result<()> {
-        if n == 1 && self.decode_rows(w, x, x_group, y, 0, groups, rows_per_group)? {
+        if n == 1 && self.decode_rows(w, None, x, x_group, y, 0, groups, rows_per_group)? {
             return Ok(());
         }
         let (kernel, tile) = if n == 1 { ("linear_grouped_t1", 1) } else { ("linear_grouped", 8) };
@@ -285,14 +285,38 @@ impl Gpu {
         Ok(())
     }
 
+    /// `y = w x` and `y2 = w2 x` (`lin` twice): for one token and two
+    /// matrices of one format, width and exactness of scaled codes, one
+    /// launch of the whole-row kernels (each sum is `lin`'s).
+    pub fn lin_pair(
+        &self,
+        w: &super::weights::DevMat,
+        w2: &super::weights::DevMat,
+        x: u64,
+        y: u64,
+        y2: u64,
+        n: usize,
+    ) -> Result<()> {
+        let (a, b) = (&w.arg, &w2.arg);
+        let paired = n == 1 && a.fmt == b.fmt && a.cols == b.cols && a.scaled == b.scaled;
+        if paired && self.decode_rows(w, Some((w2, y2)), x, 0, y, 0, 1, (a.rows + b.rows) as usize)? {
+            return Ok(());
+        }
+        self.lin(w, x, y, n)?;
+        self.lin(w2, x, y2, n)
+    }
+
     /// One token through rows `row0 .. row0 + nrows` of `w` for each of
     /// `groups` groups (as `linear_grouped`), by the whole-row kernels
-    /// `linear_t1_r{1,2,4}`. Returns false (nothing launched) where the
-    /// staged row does not fit in shared memory.
+    /// `linear_t1_r{1,2,4}`; with `pair` (one group, row0 0), rows from
+    /// `w.rows` on are the pair matrix's, written to its output. Returns
+    /// false (nothing launched) where the staged row does not fit in shared
+    /// memory.
     #[allow(clippy::too_many_arguments)]
     fn decode_rows(
         &self,
         w: &super::weights::DevMat,
+        pair: Option<(&super::weights::DevMat, u64)>,
         x: u64,
         x_group: usize,
         y: u64,
@@ -302,6 +326,11 @@ impl Gpu {
     ) -> Result<bool> {
         let Some(smem) = row_smem(w.arg.fmt, w.arg.cols as usize) else {
             return Ok(false);
+        };
+        // without a pair, the second matrix is the first (never reached: na = nrows)
+        let (w2, y2, na) = match pair {
+            Some((w2, y2)) => (w2.arg, y2, w.arg.rows),
+            None => (w.arg, y, nrows as i32),
         };
         let rpw = rows_per_warp(nrows * groups, self.sm_count);
         let kernel = match rpw {
@@ -314,7 +343,7 @@ impl Gpu {
         let fit = (self.resident_blocks(kernel, block, smem)? * self.sm_count / groups).max(1);
         let grid = (nrows.div_ceil(DECODE_WARPS * rpw).min(fit) as u32, 1, groups as u32);
         crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
-            w.arg, x, x_group as i32, y, row0 as i32, nrows as i32);
+            w.arg, w2, na, x, x_group as i32, y, y2, row0 as i32, nrows as i32);
         Ok(true)
     }
 

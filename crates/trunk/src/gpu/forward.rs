@@ -476,8 +476,9 @@ impl Dsv4Gpu {
         for (l, dl) in stage.dev.iter().enumerate() {
             let sc = &st.scratch[0];
             self.lin(g, &dl.wkv, hq, sc.kv.ptr, n)?;
-            self.norm(g, sc.kv.ptr, dl.kv_norm.ptr, n, hd)?;
-            launch!(g, "rope_rows", Gpu::cfg((n as u32, 1, 1), 32, 0); sc.kv.ptr, 1i32, hd as i32, stage.rope_main.ptr, (rd / 2) as i32, pos0 as i32, 0i32);
+            launch!(g, "rms_norm_rope", Gpu::cfg((n as u32, 1, 1), 256, 0);
+                sc.kv.ptr, dl.kv_norm.ptr, hd as i32, c.rms_norm_eps as f32, 1i32, stage.rope_main.ptr,
+                (rd / 2) as i32, pos0 as i32);
             if self.opts.variant == Variant::Fp8 {
                 let nope = hd - rd;
                 launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
@@ -688,11 +689,15 @@ impl Dsv4Gpu {
     }
 
     /// `x'_k = post_k * out + sum_j comb[j][k] x_j` with the mixes `mix` of
-    /// the last `hc_pre` (after its Sinkhorn on the side stream).
-    fn hc_post(&self, g: &Gpu, x: u64, out: u64, mix: u64, n: usize) -> Result<()> {
+    /// the last `hc_pre` (after its Sinkhorn on the side stream); `out` the
+    /// block's output, or with `moe` (slot outputs, slots a token, leave out
+    /// the shared expert) the MoE's, combined from its slots and `out`.
+    fn hc_post(&self, g: &Gpu, x: u64, out: u64, moe: Option<(u64, usize, bool)>, mix: u64, n: usize) -> Result<()> {
         let (hc, d) = (self.config.hc_mult, self.config.hidden_size);
+        let (slots, k, skip) = moe.unwrap_or((0, 0, false));
         g.side_join()?;
-        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0); x, out, mix, hc as i32, d as i32);
+        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
+            x, out, slots, k as i32, skip as i32, mix, hc as i32, d as i32);
         Ok(())
     }
 
@@ -719,14 +724,16 @@ impl Dsv4Gpu {
         self.attention(st, si, l, dl, n, t0, pass)?;
         let sc = &st.scratch[si];
         self.mark(si, "hc")?;
-        self.hc_post(g, sc.x.ptr, sc.a.ptr, sc.mix.ptr, n)?;
+        self.hc_post(g, sc.x.ptr, sc.a.ptr, None, sc.mix.ptr, n)?;
         // ffn site
         self.hc_pre(g, &dl.hc_ffn, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.norm(g, sc.h.ptr, dl.ffn_norm.ptr, n, d)?;
-        self.moe(st, si, l, dl, n)?;
+        self.moe(st, si, dl, n)?;
         let sc = &st.scratch[si];
         self.mark(si, "hc")?;
-        self.hc_post(g, sc.x.ptr, sc.y.ptr, sc.mix.ptr, n)?;
+        let skip = matches!(self.opts.fault, Some(Fault::DropSharedExpert { layer }) if layer == l);
+        let moe = (sc.slot_out.ptr, self.config.num_experts_per_tok, skip);
+        self.hc_post(g, sc.x.ptr, sc.sout.ptr, Some(moe), sc.mix.ptr, n)?;
         Ok(())
     }
 }

@@ -65,15 +65,15 @@ impl Dsv4Gpu {
 
         self.mark(si, "attn.q_kv")?;
         let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
-        self.lin(g, &dl.wq_a, hq, sc.qr.ptr, n)?;
+        g.lin_pair(&dl.wq_a, &dl.wkv, hq, sc.qr.ptr, sc.kv.ptr, n)?;
         self.norm(g, sc.qr.ptr, dl.q_norm.ptr, n, c.q_lora_rank)?;
         let qrq = self.act(g, &sc.qr, &sc.qrq, n, c.q_lora_rank)?;
         self.lin(g, &dl.wq_b, qrq, sc.q.ptr, n)?;
-        self.norm(g, sc.q.ptr, 0, n * nh, hd)?;
-        self.lin(g, &dl.wkv, hq, sc.kv.ptr, n)?;
-        self.norm(g, sc.kv.ptr, dl.kv_norm.ptr, n, hd)?;
-        launch!(g, "rope_rows", Gpu::cfg(((n * nh) as u32, 1, 1), 32, 0); sc.q.ptr, nh as i32, hd as i32, rope, npairs, pos0, 0i32);
-        launch!(g, "rope_rows", Gpu::cfg((n as u32, 1, 1), 32, 0); sc.kv.ptr, 1i32, hd as i32, rope, npairs, pos0, 0i32);
+        // each head's query normalized (no weight) and rotated
+        launch!(g, "rms_norm_rope", Gpu::cfg(((n * nh) as u32, 1, 1), 256, 0);
+            sc.q.ptr, 0u64, hd as i32, eps, nh as i32, rope, npairs, pos0);
+        launch!(g, "rms_norm_rope", Gpu::cfg((n as u32, 1, 1), 256, 0);
+            sc.kv.ptr, dl.kv_norm.ptr, hd as i32, eps, 1i32, rope, npairs, pos0);
         if fp8 {
             let nope = hd - rd;
             launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
@@ -87,8 +87,7 @@ impl Dsv4Gpu {
             ratio = c.compress_ratio(l);
             let overlap = kind == AttnKind::Csa;
             let w = if overlap { 2 * hd } else { hd };
-            self.lin(g, &cw.wkv, sc.h.ptr, sc.ckv.ptr, n)?;
-            self.lin(g, &cw.wgate, sc.h.ptr, sc.cgate.ptr, n)?;
+            g.lin_pair(&cw.wkv, &cw.wgate, sc.h.ptr, sc.ckv.ptr, sc.cgate.ptr, n)?;
             let (pb, prows, eb) = (st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr);
             let closing = (t0 + n) / ratio - t0 / ratio;
             if closing > 0 {
@@ -107,8 +106,7 @@ impl Dsv4Gpu {
         {
             self.mark(si, "attn.indexer")?;
             let (hi, di) = (c.index_n_heads, c.index_head_dim);
-            self.lin(g, &ic.wkv, sc.h.ptr, sc.ikv.ptr, n)?;
-            self.lin(g, &ic.wgate, sc.h.ptr, sc.igate.ptr, n)?;
+            g.lin_pair(&ic.wkv, &ic.wgate, sc.h.ptr, sc.ikv.ptr, sc.igate.ptr, n)?;
             let (pb, prows, eb) = (st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr);
             let closing = (t0 + n) / ratio - t0 / ratio;
             if closing > 0 {
@@ -145,12 +143,12 @@ impl Dsv4Gpu {
         let smem = (max_keys * ATTENTION_SMEM_PER_KEY).max(ATTENTION_GROUP_PARTIALS * hd * 8);
         launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), 512, smem as u32);
             sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
-            t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), sc.attn.ptr);
+            t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), rope, npairs,
+            pos0, sc.attn.ptr);
         if pass == Pass::Commit {
             launch!(g, "ring_append", Gpu::cfg((n.min(kv_ring.rows) as u32, 1, 1), 256, 0);
                 kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
         }
-        launch!(g, "rope_rows", Gpu::cfg(((n * nh) as u32, 1, 1), 32, 0); sc.attn.ptr, nh as i32, hd as i32, rope, npairs, pos0, 1i32);
         // grouped low-rank output projection
         self.mark(si, "attn.out")?;
         let (gs, ol) = (c.o_groups, c.o_lora_rank);
@@ -161,7 +159,7 @@ impl Dsv4Gpu {
         Ok(())
     }
 
-    pub(super) fn moe(&self, st: &mut GpuState, si: usize, l: usize, dl: &DevLayer, n: usize) -> Result<()> {
+    pub(super) fn moe(&self, st: &mut GpuState, si: usize, dl: &DevLayer, n: usize) -> Result<()> {
         let c = &self.config;
         let g: &Gpu = &self.stages[si].gpu;
         let sc = &st.scratch[si];
@@ -233,15 +231,12 @@ impl Dsv4Gpu {
         let sc = &st.scratch[si];
         self.mark(si, "moe.shared")?;
         let si_inter = dl.shared.w1.arg.rows as usize;
-        self.lin(g, &dl.shared.w1, hq, sc.sg.ptr, n)?;
-        self.lin(g, &dl.shared.w3, hq, sc.su.ptr, n)?;
+        g.lin_pair(&dl.shared.w1, &dl.shared.w3, hq, sc.sg.ptr, sc.su.ptr, n)?;
         let len = n * si_inter;
         launch!(g, "swiglu_rows", Gpu::cfg((len.div_ceil(256) as u32, 1, 1), 256, 0); sc.sg.ptr, sc.su.ptr, lim, len as i32, sc.sh.ptr);
         let shq = self.act(g, &sc.sh, &sc.shq, n, si_inter)?;
         self.lin(g, &dl.shared.w2, shq, sc.sout.ptr, n)?;
-        let skip = matches!(self.opts.fault, Some(Fault::DropSharedExpert { layer }) if layer == l);
-        launch!(g, "moe_combine", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
-            sc.slot_out.ptr, sc.sout.ptr, k as i32, d as i32, skip as i32, sc.y.ptr);
+        // the slots and the shared expert are combined by hc_post
         Ok(())
     }
 

@@ -32,6 +32,7 @@ pub const KERNELS: &[&str] = &[
     "linear_t1_r4",
     "hc_mix_rows",
     "rms_norm_f32",
+    "rms_norm_rope",
     "embed_rows",
     "hc_pre",
     "hc_sinkhorn",
@@ -51,7 +52,6 @@ pub const KERNELS: &[&str] = &[
     "expert_gate_up",
     "expert_down",
     "swiglu_rows",
-    "moe_combine",
     "argmax_slices",
     "argmax_rows",
 ];

@@ -48,7 +48,6 @@ pub struct Scratch {
     pub sh: Buf<f32>,
     pub shq: Buf<f32>,
     pub sout: Buf<f32>,
-    pub y: Buf<f32>,
     pub head_rows: Buf<i32>,
     pub hy: Buf<f32>,
     pub logits: Buf<f32>,
@@ -124,7 +123,7 @@ impl ScratchDims {
             + 2 * self.k * self.inter
             + self.k * self.d
             + 4 * self.inter
-            + 2 * self.d;
+            + self.d;
         let head_mix = 2 * hc_slices(self.hc, self.d) * (self.hc + 1);
         w * per_token + LOGIT_ROWS * (1 + self.d + self.vocab + 1 + head_mix + 2 * ARGMAX_SLICES)
     }
@@ -171,7 +170,6 @@ impl ScratchDims {
             sh: f(w * self.inter)?,
             shq: f(w * self.inter)?,
             sout: f(w * self.d)?,
-            y: f(w * self.d)?,
             head_rows: i(LOGIT_ROWS)?,
             hy: f(LOGIT_ROWS * self.d)?,
             logits: f(LOGIT_ROWS * self.vocab)?,
