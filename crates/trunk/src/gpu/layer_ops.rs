@@ -287,3 +287,80 @@ impl Dsv4Gpu {
         Ok((logits, arg))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::synth::rng::Rng;
+
+    /// kernels/common.cuh `warp_sum`: lane l adds lane l ^ o's value, o = 16, 8, 4, 2, 1.
+    fn butterfly(mut v: [f64; 32]) -> f64 {
+        for o in [16, 8, 4, 2, 1] {
+            let prev = v;
+            for (l, x) in v.iter_mut().enumerate() {
+                *x = prev[l] + prev[l ^ o];
+            }
+        }
+        v[0]
+    }
+
+    /// kernels/indexer.cu `indexer_scores`: eight sums a lane halved at
+    /// o = 16, 8, 4 (each lane keeps the half its bit selects and adds the
+    /// partner's), then 2 and 1 on the one left. Returns (head, sum) of
+    /// the lanes with (lane & 3) == 0, the ones that write.
+    fn reduce_scatter(d: &[[f64; 8]; 32], order: [usize; 3]) -> Vec<(usize, f64)> {
+        let mut d = *d;
+        let mut width = 8;
+        for o in order {
+            width /= 2;
+            let prev = d;
+            for (l, dl) in d.iter_mut().enumerate() {
+                // keep the half the lane's bit selects; the partner sends the same half
+                let j0 = if l & o != 0 { width } else { 0 };
+                for (i, x) in dl.iter_mut().take(width).enumerate() {
+                    *x = prev[l][j0 + i] + prev[l ^ o][j0 + i];
+                }
+            }
+        }
+        for o in [2, 1] {
+            let prev = d;
+            for (l, dl) in d.iter_mut().enumerate() {
+                dl[0] = prev[l][0] + prev[l ^ o][0];
+            }
+        }
+        let bit = |l: usize, b: usize| usize::from(l & b != 0);
+        (0..32)
+            .filter(|l| l & 3 == 0)
+            .map(|l| (4 * bit(l, order[0]) + 2 * bit(l, order[1]) + bit(l, order[2]), d[l][0]))
+            .collect()
+    }
+
+    fn spread(rng: &mut Rng) -> f64 {
+        let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
+        let exp = (rng.next_u64() % 61) as i32 - 30;
+        sign * rng.uniform() * 2f64.powi(exp)
+    }
+
+    #[test]
+    fn indexer_reduce_scatter_gives_the_butterfly_bits() {
+        let mut rng = Rng::new(7, "reduce_scatter", 0);
+        let mut other_order_differs = false;
+        for _ in 0..2000 {
+            let mut d = [[0.0f64; 8]; 32];
+            for lane in d.iter_mut() {
+                for v in lane.iter_mut() {
+                    *v = spread(&mut rng);
+                }
+            }
+            let want: Vec<f64> = (0..8).map(|h| butterfly(std::array::from_fn(|l| d[l][h]))).collect();
+            let got = reduce_scatter(&d, [16, 8, 4]);
+            assert_eq!(got.len(), 8);
+            for (h, v) in got {
+                assert_eq!(v.to_bits(), want[h].to_bits(), "head {h}");
+            }
+            // the pairs' order matters: halving at 4, 8, 16 pairs the lanes otherwise
+            other_order_differs |=
+                reduce_scatter(&d, [4, 8, 16]).iter().any(|&(h, v)| v.to_bits() != want[h].to_bits());
+        }
+        assert!(other_order_differs, "a different pairing never changed a sum: the test has no teeth");
+    }
+}
