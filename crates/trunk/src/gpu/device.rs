@@ -1,6 +1,7 @@
 //! One CUDA device as the engine uses it: a context with event tracking off
-//! (the engine orders its own work on one stream per stage), the compiled
-//! kernels, and typed buffers addressed by raw device pointers.
+//! (the engine orders its own work on one stream per stage, plus a side
+//! stream joined to it by two events), the compiled kernels, and typed
+//! buffers addressed by raw device pointers.
 
 use std::collections::HashMap;
 use std::sync::Arc;

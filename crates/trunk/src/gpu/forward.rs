@@ -671,6 +671,9 @@ impl Dsv4Gpu {
         g.rms_norm(x, w, rows, width, self.config.rms_norm_eps as f32)
     }
 
+    /// The mixes of the streams `x` (per-slice partials in `mixes`), the
+    /// collapsed input into `out`, and on the side stream the Sinkhorn
+    /// mixes `mix` that `hc_post` reads.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn hc_pre(&self, g: &Gpu, hc: &DevHc, x: u64, mixes: u64, mix: u64, out: u64, n: usize) -> Result<()> {
         let c = &self.config;
