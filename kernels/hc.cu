@@ -21,6 +21,12 @@
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
+// pre_j = sigmoid(m_j * s0 + b_j) + eps, from the mixes m (times 1/rms).
+__device__ __forceinline__ double pre_weight(const double* m, const float* scale, const float* base, int j,
+                                             float hc_eps) {
+    return sigmoid_d(m[j] * (double)scale[0] + (double)base[j]) + (double)hc_eps;
+}
+
 // Per-slice partials of the mixes: block (t, s) takes the flat elements
 // s * HC_SLICE + tid of row r = rows[t] (t where rows is null) and writes
 // partials[t, s] = [sum x^2 | fn_0 . x | ... | fn_{nm-1} . x] over its
@@ -106,10 +112,31 @@ extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __r
     const int t = blockIdx.x, tid = threadIdx.x;
     const int nmix = (2 + hc) * hc;
     slice_sums(partials + (size_t)t * slices * (nmix + 1), slices, nmix, hc + 1, width, norm_eps, m, &ss);
-    if (tid < hc) pre_s[tid] = sigmoid_d(m[tid] * (double)scale[0] + (double)base[tid]) + (double)hc_eps;
+    if (tid < hc) pre_s[tid] = pre_weight(m, scale, base, tid, hc_eps);
     __syncthreads();
     const int i = blockIdx.y * blockDim.x + tid;
     if (i < d) collapsed[(size_t)t * d + i] = collapse_one(x + (size_t)t * hc * d, pre_s, hc, d, i);
+}
+
+// One Sinkhorn half-step on the hc x hc matrix a by warp 0 (lane l holds
+// cells l and l + 32): each cell divided by its row's (rows) or column's
+// sum plus eps, the sum in index order as the CPU twin's.
+__device__ __forceinline__ void sinkhorn_normalize(double* a, int hc, double eps, bool rows) {
+    const int lane = threadIdx.x & 31, cells = hc * hc;
+    double v[2];
+    for (int r = 0; r < 2; r++) {
+        const int c = lane + 32 * r;
+        if (c < cells) {
+            const int first = rows ? c / hc * hc : c % hc, step = rows ? 1 : hc;
+            double s = 0.0;
+            for (int q = 0; q < hc; q++) s += a[first + q * step];
+            v[r] = a[c] / (s + eps);
+        }
+    }
+    __syncwarp();
+    for (int r = 0; r < 2; r++)
+        if (lane + 32 * r < cells) a[lane + 32 * r] = v[r];
+    __syncwarp();
 }
 
 // From the slice partials: pre, post and the Sinkhorn comb, written to
@@ -132,7 +159,7 @@ extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int 
     const int lane = tid;
     double* out = mix + (size_t)t * nmix;
     if (lane < hc) {
-        out[lane] = sigmoid_d(m[lane] * (double)scale[0] + (double)base[lane]) + eps;
+        out[lane] = pre_weight(m, scale, base, lane, hc_eps);
         out[hc + lane] = 2.0 * sigmoid_d(m[hc + lane] * (double)scale[1] + (double)base[hc + lane]);
     }
     const int cells = hc * hc;
@@ -154,35 +181,8 @@ extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int 
     }
     __syncwarp();
     for (int it = 0; it < iters; it++) {
-        double v[2];
-        if (it > 0) {
-            for (int r = 0; r < 2; r++) {
-                const int c = lane + 32 * r;
-                if (c < cells) {
-                    const int j = c / hc;
-                    double s = 0.0;
-                    for (int q = 0; q < hc; q++) s += a[j * hc + q];
-                    v[r] = a[c] / (s + eps);
-                }
-            }
-            __syncwarp();
-            for (int r = 0; r < 2; r++)
-                if (lane + 32 * r < cells) a[lane + 32 * r] = v[r];
-            __syncwarp();
-        }
-        for (int r = 0; r < 2; r++) {
-            const int c = lane + 32 * r;
-            if (c < cells) {
-                const int k = c % hc;
-                double s = 0.0;
-                for (int q = 0; q < hc; q++) s += a[q * hc + k];
-                v[r] = a[c] / (s + eps);
-            }
-        }
-        __syncwarp();
-        for (int r = 0; r < 2; r++)
-            if (lane + 32 * r < cells) a[lane + 32 * r] = v[r];
-        __syncwarp();
+        if (it > 0) sinkhorn_normalize(a, hc, eps, true);
+        sinkhorn_normalize(a, hc, eps, false);
     }
     for (int c = lane; c < cells; c += 32) out[2 * hc + c] = a[c];
 }
@@ -230,10 +230,7 @@ extern "C" __global__ void hc_head(const float* __restrict__ x, const int* __res
     __shared__ double pre_s[HC_MAX];
     __shared__ double ss;
     slice_sums(partials + (size_t)blockIdx.x * slices * (hc + 1), slices, hc, hc + 1, width, norm_eps, m, &ss);
-    if (threadIdx.x < hc) {
-        const int j = threadIdx.x;
-        pre_s[j] = sigmoid_d(m[j] * (double)scale[0] + (double)base[j]) + (double)hc_eps;
-    }
+    if (threadIdx.x < hc) pre_s[threadIdx.x] = pre_weight(m, scale, base, threadIdx.x, hc_eps);
     __syncthreads();
     const int i = blockIdx.y * blockDim.x + threadIdx.x;
     if (i < d) y[(size_t)blockIdx.x * d + i] = collapse_one(x + (size_t)rows[blockIdx.x] * hc * d, pre_s, hc, d, i);
