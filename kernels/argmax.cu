@@ -32,6 +32,7 @@ __device__ __forceinline__ void argmax_block(float& v, int& idx) {
 // each row into pv/pi[row * slices + slice].
 extern "C" __global__ void argmax_slices(const float* __restrict__ x, int width, float* __restrict__ pv,
                                          int* __restrict__ pi) {
+    await_inputs();
     const float* r = x + (size_t)blockIdx.x * width;
     const int slices = gridDim.y;
     const int len = (width + slices - 1) / slices;
@@ -49,6 +50,7 @@ extern "C" __global__ void argmax_slices(const float* __restrict__ x, int width,
 // grid (rows), block = slices (a power of two, at most 256): each row's
 // partials into out[row].
 extern "C" __global__ void argmax_rows(const float* __restrict__ pv, const int* __restrict__ pi, int* __restrict__ out) {
+    await_inputs();
     float v = pv[(size_t)blockIdx.x * blockDim.x + threadIdx.x];
     int idx = pi[(size_t)blockIdx.x * blockDim.x + threadIdx.x];
     argmax_block(v, idx);

@@ -52,6 +52,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
                                           int window, const float* __restrict__ sinks, int hd, double scale,
                                           const float* __restrict__ inv_freq, int npairs, int rope_pos0,
                                           float* __restrict__ out) {
+    await_inputs();
     extern __shared__ double logits[];  // nk logits, then nk key row addresses
     __shared__ double red[32];
     const int t = blockIdx.x, h = blockIdx.y, heads = gridDim.y;
@@ -197,6 +198,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
 // go to slot (t0 + t) % ring_rows. grid (min(n, ring_rows)), block 256.
 extern "C" __global__ void ring_append(float* __restrict__ ring, int ring_rows, const float* __restrict__ rows,
                                        int width, int n, int t0) {
+    await_inputs();
     const int skip = n > ring_rows ? n - ring_rows : 0;
     const int t = skip + blockIdx.x;
     const float* src = rows + (size_t)t * width;

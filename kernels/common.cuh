@@ -43,6 +43,20 @@ struct Mat {
     int scaled;   // 1: scaled-code products are exact for every chunk (see Code below)
 };
 
+// Programmatic dependent launch: the engine launches each kernel on its
+// stream so that the kernel's blocks may start while the kernel before it
+// is still running (gpu/device.rs `Gpu::launch`). Every kernel's threads
+// call this before reading anything an earlier kernel wrote or writing
+// anything it reads (constant weights may be read before): it waits until
+// the kernel before has completed and its writes are visible, then lets
+// the kernel after start its own blocks. Every thread of every kernel
+// calls it, so no kernel completes before the one it follows; a kernel
+// launched without the attribute passes straight through.
+__device__ __forceinline__ void await_inputs() {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 __device__ __forceinline__ float bf16_bits(u32 b) { return __uint_as_float(b << 16); }
 
 // E4M3 code -> value (NaN for S.1111.111).

@@ -32,6 +32,7 @@ extern "C" __global__ void compress_pool(const float* __restrict__ kv_local, con
                                          const float* __restrict__ norm_w, float eps,
                                          const float* __restrict__ inv_freq, int npairs, int post,
                                          float* __restrict__ entries) {
+    await_inputs();
     extern __shared__ double e[];
     __shared__ double red[32];
     __shared__ float redf[32];
@@ -112,6 +113,7 @@ extern "C" __global__ void compress_pool(const float* __restrict__ kv_local, con
 extern "C" __global__ void compress_ring_append(float* __restrict__ ring, int ring_rows,
                                                 const float* __restrict__ kv_local,
                                                 const float* __restrict__ gate_local, int W, int n, int t0) {
+    await_inputs();
     const int skip = n > ring_rows ? n - ring_rows : 0;
     const int t = skip + blockIdx.x;
     float* dst = ring + (size_t)((t0 + t) % ring_rows) * 2 * W;

@@ -2,6 +2,7 @@
 // for every hyper-connection stream j.   (CPU twin: cpu/forward.rs, embedding)
 // grid (n, hc), block 256; E.cols % 8 == 0.
 extern "C" __global__ void embed_rows(Mat e, const int* __restrict__ tokens, float* __restrict__ x) {
+    await_inputs();
     const int t = blockIdx.x, j = blockIdx.y, hc = gridDim.y;
     const int d = e.cols;
     float* out = x + ((size_t)t * hc + j) * d;

@@ -36,6 +36,7 @@ __device__ __forceinline__ double pre_weight(const double* m, const float* scale
 extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const int* __restrict__ rows,
                                        const float* __restrict__ fn, int width, int nm,
                                        double* __restrict__ partials) {
+    await_inputs();
     __shared__ double red[HC_SLICE / 32][HC_MIX_MAX + 1];
     const int t = blockIdx.x, s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int i = s * HC_SLICE + threadIdx.x;
@@ -106,6 +107,7 @@ extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __r
                                   int width, float norm_eps, const float* __restrict__ base,
                                   const float* __restrict__ scale, int hc, int d, float hc_eps,
                                   float* __restrict__ collapsed) {
+    await_inputs();
     __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
     __shared__ double ss;
@@ -146,6 +148,7 @@ __device__ __forceinline__ void sinkhorn_normalize(double* a, int hc, double eps
 extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int slices, int width, float norm_eps,
                                        const float* __restrict__ base, const float* __restrict__ scale, int hc,
                                        int iters, float hc_eps, double* __restrict__ mix) {
+    await_inputs();
     __shared__ double m[HC_MIX_MAX];
     __shared__ double a[HC_MAX * HC_MAX];
     __shared__ double b[HC_MAX * HC_MAX];
@@ -194,6 +197,7 @@ extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int 
 extern "C" __global__ void hc_post(float* __restrict__ x, const float* __restrict__ out,
                                    const float* __restrict__ slots, int k, int skip_shared,
                                    const double* __restrict__ mix, int hc, int d) {
+    await_inputs();
     const int t = blockIdx.x;
     const int i = blockIdx.y * blockDim.x + threadIdx.x;
     if (i >= d) return;
@@ -226,6 +230,7 @@ extern "C" __global__ void hc_head(const float* __restrict__ x, const int* __res
                                    const double* __restrict__ partials, int slices, int width, float norm_eps,
                                    const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
                                    float hc_eps, float* __restrict__ y) {
+    await_inputs();
     __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
     __shared__ double ss;

@@ -4,9 +4,10 @@
 //   s < (p+1)/ratio scores sum_h relu(q[t,h] . k_s) / sqrt(di) * (w[t,h] / sqrt(heads)),
 //   in f64, heads in order; scores[t * max_entries + s].
 // indexer_topk: the topk best visible entries, ascending indices, ties to
-//   the lower index; -1 pads. The k-th largest score is found by a bitwise
-//   search on order-preserving 64-bit keys, then each thread writes its
-//   share at offsets from block prefix sums. grid (n), block 256.
+//   the lower index; -1 pads. The topk-th largest score is found by a radix
+//   select on order-preserving 64-bit keys (eight passes of one byte each,
+//   counting into a shared histogram), then each thread writes its share at
+//   offsets from block prefix sums. grid (n), block 1024.
 
 #define IDX_KM 4    // key values per lane: index_head_dim <= 32 * IDX_KM (checked by the host)
 #define IDX_KB 8    // keys per block
@@ -21,6 +22,7 @@
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores(const float* __restrict__ q, const float* __restrict__ w,
                                           const float* __restrict__ keys, int heads, int di, int ratio, int t0,
                                           int max_entries, float heads_sqrt, double* __restrict__ scores) {
+    await_inputs();
     __shared__ double terms[IDX_KB][IDX_HEADS];
     const int t = blockIdx.x;
     const int p = t0 + t;
@@ -126,10 +128,67 @@ __device__ __forceinline__ int block_scan_int(int v, int* red) {
     return before + inc - v;
 }
 
-// grid (n), block 256. Thread i owns the entries [i * per, (i + 1) * per).
+// Among the keys of sc[0 .. visible) whose bits under `mask` equal
+// `prefix`, the byte at `shift` of the need-th largest: returns it and sets
+// *need to that key's rank among the keys that share the byte (all
+// threads; hist holds 256 ints of shared memory, pick two). Counts are
+// integers, so the histogram's atomic order does not matter; lanes with
+// the same byte add once (match_any).
+__device__ __forceinline__ int select_byte(const double* __restrict__ sc, int visible, u64 mask, u64 prefix,
+                                           int shift, int* need, int* hist, int* pick) {
+    const int lane = threadIdx.x & 31;
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    for (int s0 = 0; s0 < visible; s0 += blockDim.x) {
+        const int s = s0 + threadIdx.x;
+        int bin = 256;  // not a candidate
+        if (s < visible) {
+            const u64 k = order_key(sc[s]);
+            if ((k & mask) == prefix) bin = (int)((k >> shift) & 255);
+        }
+        const unsigned peers = __match_any_sync(0xffffffffu, bin);
+        if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        // lane l: bins 255 - 8l down to 248 - 8l; `above` counts the higher bins
+        int c[8], sum = 0;
+        #pragma unroll
+        for (int u = 0; u < 8; u++) {
+            c[u] = hist[255 - 8 * lane - u];
+            sum += c[u];
+        }
+        int inc = sum;
+        #pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int n = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += n;
+        }
+        int above = inc - sum;
+        const int want = *need;
+        if (above < want && want <= inc) {
+            #pragma unroll
+            for (int u = 0; u < 8; u++) {
+                if (above < want && want <= above + c[u]) {
+                    pick[0] = 255 - 8 * lane - u;
+                    pick[1] = want - above;
+                }
+                above += c[u];
+            }
+        }
+    }
+    __syncthreads();
+    *need = pick[1];
+    return pick[0];
+}
+
+// grid (n), block 1024. Thread i owns the entries [i * per, (i + 1) * per).
 extern "C" __global__ void indexer_topk(const double* __restrict__ scores, int ratio, int t0, int max_entries,
                                         int topk, int* __restrict__ sel) {
+    await_inputs();
     __shared__ int red[32];
+    __shared__ int hist[256];
+    __shared__ int pick[2];
     const int t = blockIdx.x;
     const int p = t0 + t;
     const int visible = (p + 1) / ratio;
@@ -139,13 +198,12 @@ extern "C" __global__ void indexer_topk(const double* __restrict__ scores, int r
         for (int j = threadIdx.x; j < topk; j += blockDim.x) out[j] = j < visible ? j : -1;
         return;
     }
-    // largest threshold T with count(key >= T) >= topk
-    u64 T = 0;
-    for (int bit = 63; bit >= 0; bit--) {
-        const u64 cand = T | (1ull << bit);
-        int c = 0;
-        for (int s = threadIdx.x; s < visible; s += blockDim.x) c += order_key(sc[s]) >= cand;
-        if (block_sum_int(c, red) >= topk) T = cand;
+    // T: the topk-th largest key (the largest T with count(key >= T) >= topk), a byte at a time
+    u64 T = 0, mask = 0;
+    int need = topk;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+        T |= (u64)select_byte(sc, visible, mask, T, shift, &need, hist, pick) << shift;
+        mask |= 255ull << shift;
     }
     // entries above T, then ties at T by ascending index, up to topk; in index order
     const int per = (visible + blockDim.x - 1) / blockDim.x;

@@ -45,18 +45,21 @@ __device__ __forceinline__ void linear_any(const Mat& w, const float* x, int x_s
 // Tile of 8 tokens (prefill and chunks).
 extern "C" __global__ void linear_f32(Mat w, const float* __restrict__ x, int x_stride, float* __restrict__ y,
                                       int y_stride, int n, int row0, int nrows) {
+    await_inputs();
     linear_any<8>(w, x, x_stride, y, y_stride, n, row0, nrows);
 }
 
 // Tile of one token (decode).
 extern "C" __global__ void linear_f32_t1(Mat w, const float* __restrict__ x, int x_stride, float* __restrict__ y,
                                          int y_stride, int n, int row0, int nrows) {
+    await_inputs();
     linear_any<1>(w, x, x_stride, y, y_stride, n, row0, nrows);
 }
 
 // Grouped, tile of 8 tokens.
 extern "C" __global__ void linear_grouped(Mat w, const float* __restrict__ x, int x_stride, int x_group,
                                           float* __restrict__ y, int y_stride, int n, int nrows) {
+    await_inputs();
     const int z = blockIdx.z;
     linear_any<8>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
 }
@@ -64,6 +67,7 @@ extern "C" __global__ void linear_grouped(Mat w, const float* __restrict__ x, in
 // Grouped, tile of one token (decode).
 extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x, int x_stride, int x_group,
                                              float* __restrict__ y, int y_stride, int n, int nrows) {
+    await_inputs();
     const int z = blockIdx.z;
     linear_any<1>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
 }
@@ -98,6 +102,7 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const Mat& w2, int
         refs(j0);
         first_chunks<FMT, NR>(rows, w.cols, buf);
     }
+    await_inputs();  // the weights' first chunks load while the kernel before finishes
     stage_row<Fmt<FMT>::E>(x, w.cols, scaled ? pow2d(Code<FMT>::P - 127) : 1.0, xs);
     __syncthreads();
     for (bool first = true; j0 < nrows; j0 += stride, first = false) {

@@ -25,6 +25,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_exp
                                      const float* __restrict__ bias, const int* __restrict__ tid2eid,
                                      const int* __restrict__ tokens, int func, int norm, float scaling,
                                      int* __restrict__ idx, double* __restrict__ wts) {
+    await_inputs();
     extern __shared__ double sc[];
     __shared__ double red[32];
     __shared__ double bv[32];
@@ -133,6 +134,7 @@ extern "C" __global__ void expert_gate_up(const Mat* __restrict__ w1s, const Mat
                                           const float* __restrict__ x, int d, const int* __restrict__ idx,
                                           const double* __restrict__ wts, int k, const int* __restrict__ pairs,
                                           float lim, int inter, float* __restrict__ h) {
+    await_inputs();
     const int pair = pairs[blockIdx.y];
     const int e = idx[pair];
     const Mat w1 = w1s[e], w3 = w3s[e];
@@ -170,6 +172,7 @@ __device__ __forceinline__ void down_fmt(const Mat& w2, const float* h, int inte
 extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float* __restrict__ h, int inter,
                                        const int* __restrict__ idx, const int* __restrict__ pairs, int d,
                                        float* __restrict__ out) {
+    await_inputs();
     const int pair = pairs[blockIdx.y];
     const Mat w2 = w2s[idx[pair]];
     const float* hp = h + (size_t)pair * inter;
@@ -185,6 +188,7 @@ extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float*
 // Shared expert middle: h = swiglu(g, u) with weight 1, elementwise over n*inter.
 extern "C" __global__ void swiglu_rows(const float* __restrict__ g, const float* __restrict__ u, float lim, int len,
                                        float* __restrict__ h) {
+    await_inputs();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < len) h[i] = swiglu(g[i], u[i], lim, 1.0);
 }

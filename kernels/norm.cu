@@ -64,6 +64,7 @@ __device__ __forceinline__ void rms_norm_row(const float* xr, float* yr, const f
 }
 
 extern "C" __global__ void rms_norm_f32(const float* x, float* y, const float* __restrict__ w, int width, float eps) {
+    await_inputs();
     __shared__ double red[32];
     rms_norm_row(x + (size_t)blockIdx.x * width, y + (size_t)blockIdx.x * width, w, width, eps, red);
 }
@@ -73,6 +74,7 @@ extern "C" __global__ void rms_norm_f32(const float* x, float* y, const float* _
 // position pos0 + t. In place. grid (n * heads), block 256.
 extern "C" __global__ void rms_norm_rope(float* x, const float* __restrict__ w, int width, float eps, int heads,
                                          const float* __restrict__ inv_freq, int npairs, int pos0) {
+    await_inputs();
     __shared__ double red[32];
     float* xr = x + (size_t)blockIdx.x * width;
     rms_norm_row(xr, xr, w, width, eps, red);

@@ -17,12 +17,14 @@ __device__ __forceinline__ void fp8_block(float* v, int len, float* red) {
 }
 
 extern "C" __global__ void act_fp8_rows(float* __restrict__ x, int width) {
+    await_inputs();
     __shared__ float red[32];
     const int b0 = blockIdx.y * 128;
     fp8_block(x + (size_t)blockIdx.x * width + b0, min(128, width - b0), red);
 }
 
 extern "C" __global__ void kv_fp8_rows(float* __restrict__ x, int width, int nope) {
+    await_inputs();
     __shared__ float red[32];
     const int b0 = blockIdx.y * 64;
     fp8_block(x + (size_t)blockIdx.x * width + b0, min(64, nope - b0), red);
@@ -56,6 +58,7 @@ __device__ __forceinline__ float fp4_block(float hv) {
 }
 
 extern "C" __global__ void indexer_rows(float* __restrict__ x, int width) {
+    await_inputs();
     extern __shared__ double h[];
     float* row = x + (size_t)blockIdx.x * width;
     const int i = threadIdx.x;

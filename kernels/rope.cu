@@ -7,6 +7,7 @@
 // grid (n * heads), block 32.
 extern "C" __global__ void rope_rows(float* __restrict__ x, int heads, int width, const float* __restrict__ inv_freq,
                                      int npairs, int pos0, int inverse) {
+    await_inputs();
     const int row = blockIdx.x;
     rope_row(x + (size_t)row * width + (width - 2 * npairs), (float)(pos0 + row / heads), inv_freq, npairs, inverse);
 }

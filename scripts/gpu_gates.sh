@@ -2,7 +2,7 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: gates flash hostcache fixtures park perf spec dspark split deep boundary peer
+# sections: quick gates flash hostcache fixtures park perf spec dspark split deep boundary peer
 # (default: gates); split, deep and boundary need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
@@ -96,6 +96,27 @@ fixtures() {
   mkdir -p $OUT/fixtures
   step "codepoints fixture" python3 scripts/make_codepoints.py $OUT/fixtures/codepoints.json
   step "transformers tiny fixture" python3 scripts/make_reference.py $OUT/fixtures/hf_tiny
+}
+quick() { # the short check after a kernel change (~2 min): exactness on the small models, faults,
+  # speculative == plain, DSpark GPU == CPU, and decode times (against BASE, another memra, if set)
+  models
+  for v in exact fp8; do
+    step "compare small $v" $M gate compare /tmp/m/small --variant $v --prompt-len 160
+    step "chunks small $v" $M gate chunks /tmp/m/small --variant $v --prompt-len 160 --out $OUT/chunks_small_$v.json
+  done
+  step "chunks tiny exact 0,0" $M gate chunks /tmp/m/tiny --variant exact --prompt-len 160 --devices 0,0
+  step "bank tiny exact" $M bank --model /tmp/m/tiny --prompt-len 32 --n 160 --variant exact --out /tmp/m/bank_tiny_exact.json
+  step "tf tiny exact" $M gate tf /tmp/m/tiny /tmp/m/bank_tiny_exact.json $OUT/tf_tiny_exact
+  step "tf tiny exact FAULT drop-shared" $M gate tf /tmp/m/tiny /tmp/m/bank_tiny_exact.json $OUT/tf_fault1 --inject-fault drop-shared:2
+  [ -d /tmp/m/tiny_ds ] || step "synth tiny --dspark" $M synth --preset tiny --seed 4 --out /tmp/m/tiny_ds --dspark
+  step "drafters tiny exact gpu vs cpu" $M gate drafters /tmp/m/tiny_ds --drafter $P/libdspark.so --variant exact --steps 32 --reference '{"realization":"cpu"}' --candidate '{"realization":"gpu"}' --out $OUT/drafters_tiny.json
+  step "plain tiny" gen_to $OUT/q_plain.json --model /tmp/m/tiny_ds --backend gpu --max-tokens 96 --no-stop --json
+  step "spec tiny dspark" gen_to $OUT/q_dspark.json --model /tmp/m/tiny_ds --backend gpu --max-tokens 96 --no-stop --json --drafter $P/libdspark.so
+  python3 -c "import json,sys; a,b=(json.load(open(f))['tokens'] for f in sys.argv[1:]); print('spec tiny dspark tokens equal to plain greedy', a==b, len(a))" $OUT/q_plain.json $OUT/q_dspark.json | tee -a "$SUMMARY"
+  for b in ${BASE:-} $M; do
+    step "roofline 4 layers 1k,32k ($b)" $b bench roofline --layers 4 --contexts 1024,32768 --prefill 0
+    grep -E "^decode b1" "$LOG" | tail -2 | tee -a "$SUMMARY"
+  done
 }
 park() {
   models

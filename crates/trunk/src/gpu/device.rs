@@ -399,6 +399,53 @@ impl Gpu {
         self.kernels.get(name).with_context(|| format!("kernel `{name}` not loaded"))
     }
 
+    /// Launch kernel `name` on `stream` (this device's `stream` or `side`).
+    /// On the main stream the launch allows programmatic dependent launch:
+    /// the kernel's blocks may be scheduled while the kernel before it
+    /// finishes, and wait in `await_inputs` (kernels/common.cuh, called by
+    /// every kernel before it touches an earlier kernel's data) for it to
+    /// complete. A launch's own latency and its blocks' start then overlap
+    /// the previous kernel's tail instead of following it.
+    ///
+    /// # Safety
+    /// `args` holds one pointer per kernel parameter, each to a live value
+    /// of the parameter's type, and every address among those values points
+    /// into a buffer of the size the kernel indexes.
+    pub unsafe fn launch(
+        &self,
+        stream: &CudaStream,
+        name: &str,
+        cfg: LaunchConfig,
+        args: &mut [*mut std::ffi::c_void],
+    ) -> Result<()> {
+        use cudarc::driver::sys;
+        let f = self.func(name)?;
+        self.bind()?;
+        // SAFETY: a zeroed attribute is a valid value of the C struct; its
+        // id and value are set before use.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let overlap = std::ptr::eq(stream, &*self.stream);
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: overlap as u32,
+        };
+        // SAFETY: `config` and `attr` outlive the call; the caller vouches
+        // for `args`.
+        unsafe { sys::cuLaunchKernelEx(&config, f.cu_function(), args.as_mut_ptr(), std::ptr::null_mut()) }
+            .result()
+            .map_err(|e| anyhow!("launching `{name}` on device {}: {e}", self.ordinal))
+    }
+
     pub fn cfg(grid: (u32, u32, u32), block: u32, smem: u32) -> LaunchConfig {
         LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: smem }
     }
@@ -413,16 +460,20 @@ macro_rules! launch {
         $crate::launch!($gpu => stream, $name, $cfg; $($arg),*)
     };
     ($gpu:expr => $stream:ident, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
-        let name: &str = $name;
-        let cfg: cudarc::driver::LaunchConfig = $cfg;
-        let f = $gpu.func(name)?;
-        let mut b = $gpu.$stream.launch_builder(f);
-        $( let a = $arg; cudarc::driver::PushKernelArg::arg(&mut b, &a); )*
+        let gpu: &$crate::gpu::device::Gpu = &$gpu;
+        let mut args: Vec<*mut std::ffi::c_void> = Vec::new();
+        // each value lives (shadowed, not dropped) until the launch below
+        $( let a = $arg; args.push($crate::gpu::device::kernel_arg(&a)); )*
         // SAFETY: argument types and counts follow the kernel signatures in
         // kernels/*.cu; every address points into a live buffer of the size
-        // the kernel indexes.
-        unsafe { b.launch(cfg) }.map_err(|e| anyhow::anyhow!("launching `{name}`: {e}"))?;
+        // the kernel indexes; `args` points at values alive until the call returns.
+        unsafe { gpu.launch(&gpu.$stream, $name, $cfg, &mut args) }?;
     }};
+}
+
+/// The address of one kernel argument, as `cuLaunchKernelEx` takes it.
+pub fn kernel_arg<T: DeviceRepr>(a: &T) -> *mut std::ffi::c_void {
+    a as *const T as *mut std::ffi::c_void
 }
 
 #[cfg(test)]

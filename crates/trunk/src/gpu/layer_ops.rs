@@ -127,7 +127,7 @@ impl Dsv4Gpu {
             launch!(g, "indexer_scores", Gpu::cfg((n as u32, vis_max.div_ceil(INDEXER_KEYS_PER_BLOCK).max(1) as u32, 1), 256, 0);
                 sc.iq.ptr, sc.iw.ptr, eb, hi as i32, di as i32, ratio as i32, t0 as i32, me as i32,
                 (hi as f32).sqrt(), sc.scores.ptr);
-            launch!(g, "indexer_topk", Gpu::cfg((n as u32, 1, 1), 256, 0);
+            launch!(g, "indexer_topk", Gpu::cfg((n as u32, 1, 1), 1024, 0);
                 sc.scores.ptr, ratio as i32, t0 as i32, me as i32, c.index_topk as i32, sc.sel.ptr);
             sel = sc.sel.ptr;
             topk = c.index_topk as i32;
