@@ -62,7 +62,8 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
     const int nwin = mode == 3 ? t0 - first : p - first + 1;
     int nent = 0;
     if (mode == 1) nent = (p + 1) / ratio;
-    else if (mode == 2 || mode == 3) nent = topk;
+    else if (mode == 2) nent = min(topk, (p + 1) / ratio);  // the indexer pads with -1 past the visible entries
+    else if (mode == 3) nent = topk;
     const int nk = nwin + nent;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float** keys = (const float**)(logits + nk);

@@ -13,84 +13,96 @@
 #define IDX_KB 8    // keys per block
 #define IDX_HEADS 64  // heads at most: 8 warps of 8 (checked by the host)
 
-// grid (n, ceil(max visible / IDX_KB)), block 256: warp w takes heads
-// 8w .. 8w+7 (their query values in registers as f64) for the block's keys;
-// each dot is a lane-strided f64 sum and the fixed butterfly (here as a
-// reduce-scatter: the same pairs in the same order, leaving head
-// 4 b4 + 2 b3 + b2 of the lane's bits on the lane); the total adds the heads'
-// terms in head order.
+// grid (n, key groups), block 256: warp w takes heads 8w .. 8w+7 (their
+// query values in registers as f64, loaded once) and block y the groups of
+// IDX_KB keys y, y + gridDim.y, ...; the block stages each group's keys in
+// shared memory (one float4 a thread, the next group's loading while this
+// one is scored). Each dot is a lane-strided f64 sum and the fixed
+// butterfly (here as a reduce-scatter: the same pairs in the same order,
+// leaving head 4 b4 + 2 b3 + b2 of the lane's bits on the lane); the total
+// adds the heads' terms in head order. di % 4 == 0 (checked by the host).
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores(const float* __restrict__ q, const float* __restrict__ w,
                                           const float* __restrict__ keys, int heads, int di, int ratio, int t0,
                                           int max_entries, float heads_sqrt, double* __restrict__ scores) {
     await_inputs();
     __shared__ double terms[IDX_KB][IDX_HEADS];
+    __shared__ float4 staged[IDX_KB * IDX_KM * 8];  // IDX_KB keys of up to 32 * IDX_KM values
+    const float* ks = (const float*)staged;
     const int t = blockIdx.x;
     const int p = t0 + t;
     const int visible = (p + 1) / ratio;
-    const int s0 = blockIdx.y * IDX_KB;
-    if (s0 >= visible) return;
-    const int nk = min(IDX_KB, visible - s0);
+    if (blockIdx.y * IDX_KB >= visible) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int h0 = warp * 8;
-    if (h0 < heads) {
-        const double sm = 1.0 / sqrt((double)di);
-        double qd[8][IDX_KM];
+    const bool on = h0 < heads;
+    const double sm = 1.0 / sqrt((double)di);
+    // this thread's float4 of the group of keys from s0 (rows s0 .. s0 + IDX_KB - 1, contiguous)
+    auto fetch = [&](int s0) {
+        const int e = 4 * threadIdx.x;
+        return s0 < visible && e < min(IDX_KB, visible - s0) * di ? *(const float4*)(keys + (size_t)s0 * di + e)
+                                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+    };
+    const int step = gridDim.y * IDX_KB;
+    float4 next = fetch(blockIdx.y * IDX_KB);
+    double qd[8][IDX_KM];
+    #pragma unroll
+    for (int u = 0; u < 8; u++) {
+        const float* qh = q + ((size_t)t * heads + min(h0 + u, heads - 1)) * di;
         #pragma unroll
-        for (int u = 0; u < 8; u++) {
-            const float* qh = q + ((size_t)t * heads + min(h0 + u, heads - 1)) * di;
-            #pragma unroll
-            for (int m = 0; m < IDX_KM; m++) qd[u][m] = lane + 32 * m < di ? (double)qh[lane + 32 * m] : 0.0;
-        }
-        // the lane's head after the reduce-scatter, and its weight
-        const int hl = h0 + ((lane & 16) ? 4 : 0) + ((lane & 8) ? 2 : 0) + ((lane & 4) ? 1 : 0);
-        const double wl = hl < heads ? (double)__fdiv_rn(w[(size_t)t * heads + hl], heads_sqrt) : 0.0;
-        float kv[IDX_KB][IDX_KM];
-        #pragma unroll
-        for (int k = 0; k < IDX_KB; k++) {
-            const float* kr = keys + (size_t)(s0 + k) * di;
-            #pragma unroll
-            for (int m = 0; m < IDX_KM; m++) kv[k][m] = k < nk && lane + 32 * m < di ? kr[lane + 32 * m] : 0.0f;
-        }
-        #pragma unroll
-        for (int k = 0; k < IDX_KB; k++) {
-            if (k >= nk) break;
-            double d[8];
-            #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                double acc = 0.0;
-                #pragma unroll
-                for (int m = 0; m < IDX_KM; m++)
-                    if (lane + 32 * m < di) acc = fma(qd[u][m], (double)kv[k][m], acc);
-                d[u] = acc;
-            }
-            // butterfly pairs (l, l ^ o), o = 16, 8, 4, then 2, 1 on the one left
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const bool hi = lane & 16;
-                const double keep = hi ? d[i + 4] : d[i], send = hi ? d[i] : d[i + 4];
-                d[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
-            }
-            #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const bool hi = lane & 8;
-                const double keep = hi ? d[i + 2] : d[i], send = hi ? d[i] : d[i + 2];
-                d[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
-            }
-            {
-                const bool hi = lane & 4;
-                const double keep = hi ? d[1] : d[0], send = hi ? d[0] : d[1];
-                d[0] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
-            }
-            d[0] += __shfl_xor_sync(0xffffffffu, d[0], 2);
-            d[0] += __shfl_xor_sync(0xffffffffu, d[0], 1);
-            if ((lane & 3) == 0 && hl < heads) terms[k][hl] = fmax(d[0], 0.0) * sm * wl;
-        }
+        for (int m = 0; m < IDX_KM; m++) qd[u][m] = on && lane + 32 * m < di ? (double)qh[lane + 32 * m] : 0.0;
     }
-    __syncthreads();
-    if (threadIdx.x < nk) {
-        double total = 0.0;
-        for (int h = 0; h < heads; h++) total += terms[threadIdx.x][h];
-        scores[(size_t)t * max_entries + s0 + threadIdx.x] = total;
+    // the lane's head after the reduce-scatter, and its weight
+    const int hl = h0 + ((lane & 16) ? 4 : 0) + ((lane & 8) ? 2 : 0) + ((lane & 4) ? 1 : 0);
+    const double wl = on && hl < heads ? (double)__fdiv_rn(w[(size_t)t * heads + hl], heads_sqrt) : 0.0;
+    for (int s0 = blockIdx.y * IDX_KB; s0 < visible; s0 += step) {
+        const int nk = min(IDX_KB, visible - s0);
+        __syncthreads();  // the last group's keys and terms are read
+        if (threadIdx.x < IDX_KB * IDX_KM * 8) staged[threadIdx.x] = next;
+        __syncthreads();
+        next = fetch(s0 + step);
+        if (on) {
+            for (int k = 0; k < nk; k++) {
+                float kv[IDX_KM];
+                #pragma unroll
+                for (int m = 0; m < IDX_KM; m++) kv[m] = lane + 32 * m < di ? ks[k * di + lane + 32 * m] : 0.0f;
+                double d[8];
+                #pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    double acc = 0.0;
+                    #pragma unroll
+                    for (int m = 0; m < IDX_KM; m++)
+                        if (lane + 32 * m < di) acc = fma(qd[u][m], (double)kv[m], acc);
+                    d[u] = acc;
+                }
+                // butterfly pairs (l, l ^ o), o = 16, 8, 4, then 2, 1 on the one left
+                #pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const bool hi = lane & 16;
+                    const double keep = hi ? d[i + 4] : d[i], send = hi ? d[i] : d[i + 4];
+                    d[i] = keep + __shfl_xor_sync(0xffffffffu, send, 16);
+                }
+                #pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const bool hi = lane & 8;
+                    const double keep = hi ? d[i + 2] : d[i], send = hi ? d[i] : d[i + 2];
+                    d[i] = keep + __shfl_xor_sync(0xffffffffu, send, 8);
+                }
+                {
+                    const bool hi = lane & 4;
+                    const double keep = hi ? d[1] : d[0], send = hi ? d[0] : d[1];
+                    d[0] = keep + __shfl_xor_sync(0xffffffffu, send, 4);
+                }
+                d[0] += __shfl_xor_sync(0xffffffffu, d[0], 2);
+                d[0] += __shfl_xor_sync(0xffffffffu, d[0], 1);
+                if ((lane & 3) == 0 && hl < heads) terms[k][hl] = fmax(d[0], 0.0) * sm * wl;
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x < nk) {
+            double total = 0.0;
+            for (int h = 0; h < heads; h++) total += terms[threadIdx.x][h];
+            scores[(size_t)t * max_entries + s0 + threadIdx.x] = total;
+        }
     }
 }
 
@@ -128,26 +140,34 @@ __device__ __forceinline__ int block_scan_int(int v, int* red) {
     return before + inc - v;
 }
 
-// Among the keys of sc[0 .. visible) whose bits under `mask` equal
+// Keys each thread of indexer_topk keeps in registers: entries
+// u * blockDim.x + thread for u < TOPK_CACHED (8192 entries with 1024
+// threads: a 32k context at ratio 4); later entries are read each pass.
+#define TOPK_CACHED 8
+
+// Among the keys of sc[0 .. visible) (the first TOPK_CACHED * blockDim.x
+// of them in `cached`, this thread's) whose bits under `mask` equal
 // `prefix`, the byte at `shift` of the need-th largest: returns it and sets
 // *need to that key's rank among the keys that share the byte (all
 // threads; hist holds 256 ints of shared memory, pick two). Counts are
 // integers, so the histogram's atomic order does not matter; lanes with
 // the same byte add once (match_any).
-__device__ __forceinline__ int select_byte(const double* __restrict__ sc, int visible, u64 mask, u64 prefix,
-                                           int shift, int* need, int* hist, int* pick) {
+__device__ __forceinline__ int select_byte(const double* __restrict__ sc, const u64* cached, int visible, u64 mask,
+                                           u64 prefix, int shift, int* need, int* hist, int* pick) {
     const int lane = threadIdx.x & 31;
     for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
     __syncthreads();
-    for (int s0 = 0; s0 < visible; s0 += blockDim.x) {
-        const int s = s0 + threadIdx.x;
-        int bin = 256;  // not a candidate
-        if (s < visible) {
-            const u64 k = order_key(sc[s]);
-            if ((k & mask) == prefix) bin = (int)((k >> shift) & 255);
-        }
+    auto count = [&](int s, u64 k) {  // every lane of the warp, for entry s (key k where s < visible)
+        int bin = 256;                // not a candidate
+        if (s < visible && (k & mask) == prefix) bin = (int)((k >> shift) & 255);
         const unsigned peers = __match_any_sync(0xffffffffu, bin);
         if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+    };
+    #pragma unroll
+    for (int u = 0; u < TOPK_CACHED; u++) count(u * blockDim.x + threadIdx.x, cached[u]);
+    for (int s0 = TOPK_CACHED * blockDim.x; s0 < visible; s0 += blockDim.x) {
+        const int s = s0 + threadIdx.x;
+        count(s, s < visible ? order_key(sc[s]) : 0);
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -183,7 +203,7 @@ __device__ __forceinline__ int select_byte(const double* __restrict__ sc, int vi
 }
 
 // grid (n), block 1024. Thread i owns the entries [i * per, (i + 1) * per).
-extern "C" __global__ void indexer_topk(const double* __restrict__ scores, int ratio, int t0, int max_entries,
+extern "C" __global__ void __launch_bounds__(1024) indexer_topk(const double* __restrict__ scores, int ratio, int t0, int max_entries,
                                         int topk, int* __restrict__ sel) {
     await_inputs();
     __shared__ int red[32];
@@ -199,10 +219,16 @@ extern "C" __global__ void indexer_topk(const double* __restrict__ scores, int r
         return;
     }
     // T: the topk-th largest key (the largest T with count(key >= T) >= topk), a byte at a time
+    u64 cached[TOPK_CACHED];
+    #pragma unroll
+    for (int u = 0; u < TOPK_CACHED; u++) {
+        const int s = u * blockDim.x + threadIdx.x;
+        cached[u] = s < visible ? order_key(sc[s]) : 0;
+    }
     u64 T = 0, mask = 0;
     int need = topk;
     for (int shift = 56; shift >= 0; shift -= 8) {
-        T |= (u64)select_byte(sc, visible, mask, T, shift, &need, hist, pick) << shift;
+        T |= (u64)select_byte(sc, cached, visible, mask, T, shift, &need, hist, pick) << shift;
         mask |= 255ull << shift;
     }
     // entries above T, then ties at T by ascending index, up to topk; in index order

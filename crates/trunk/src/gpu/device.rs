@@ -58,6 +58,11 @@ pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
 /// Warps per block of the decode products (kernels/linear.cu, moe.cu).
 pub const DECODE_WARPS: usize = 4;
 
+/// Staged-row bytes above which a decode product's block has twice
+/// [`DECODE_WARPS`]: three such blocks fill an SM's shared memory (an FP8
+/// row of 8192, `wo_b` at DSV4-Flash widths, stages 72 KiB).
+const WIDE_ROW_SMEM: u32 = 48 << 10;
+
 /// Rows each warp of a decode product over `rows` rows takes (4, 2 or 1) on
 /// a device of `sm_count` SMs: the most that still gives every SM two
 /// blocks, so that short matrices keep all SMs busy and tall ones read more
@@ -123,6 +128,13 @@ impl Gpu {
         let mut kernels = HashMap::new();
         for &k in nvrtc::KERNELS {
             let f = module.load_function(k).map_err(|e| anyhow!("kernel `{k}`: {e}"))?;
+            // one shared-memory carveout (the most) for every kernel, so that the SMs
+            // never drain to repartition L1 between kernels of different needs
+            f.set_attribute(
+                cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                100,
+            )
+            .map_err(|e| anyhow!("kernel `{k}`: setting its shared memory carveout: {e}"))?;
             if WHOLE_ROW_KERNELS.contains(&k) {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -339,10 +351,13 @@ impl Gpu {
             2 => "linear_t1_r2",
             _ => "linear_t1_r1",
         };
+        // a row so wide that its staging limits an SM to a few blocks: twice
+        // the warps share it
+        let warps = if smem > WIDE_ROW_SMEM { 2 * DECODE_WARPS } else { DECODE_WARPS };
         // at most the blocks the SMs hold at once (the kernels loop over row groups)
-        let block = (DECODE_WARPS * 32) as u32;
+        let block = (warps * 32) as u32;
         let fit = (self.resident_blocks(kernel, block, smem)? * self.sm_count / groups).max(1);
-        let grid = (nrows.div_ceil(DECODE_WARPS * rpw).min(fit) as u32, 1, groups as u32);
+        let grid = (nrows.div_ceil(warps * rpw).min(fit) as u32, 1, groups as u32);
         crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
             w.arg, w2, na, x, x_group as i32, y, y2, row0 as i32, nrows as i32);
         Ok(true)

@@ -126,11 +126,12 @@ impl Dsv4Gpu {
             || cfg.head_dim > 512
             || !cfg.head_dim.is_multiple_of(4)
             || cfg.index_head_dim > 128
+            || !cfg.index_head_dim.is_multiple_of(4)
             || cfg.index_n_heads > 64
         {
             bail!(
                 "the GPU kernels support hc_mult <= 8, num_experts_per_tok <= 16, head_dim <= 512 (a multiple \
-                 of 4), index_head_dim <= 128 and index_n_heads <= 64 (this config: {}, {}, {}, {}, {})",
+                 of 4), index_head_dim <= 128 (a multiple of 4) and index_n_heads <= 64 (this config: {}, {}, {}, {}, {})",
                 cfg.hc_mult,
                 cfg.num_experts_per_tok,
                 cfg.head_dim,

@@ -124,7 +124,10 @@ impl Dsv4Gpu {
             self.lin(g, wp, sc.h.ptr, sc.iw.ptr, n)?;
             let me = sc.max_entries;
             let vis_max = (t0 + n) / ratio;
-            launch!(g, "indexer_scores", Gpu::cfg((n as u32, vis_max.div_ceil(INDEXER_KEYS_PER_BLOCK).max(1) as u32, 1), 256, 0);
+            // key groups per token: at most what the SMs hold at once (the blocks loop over groups)
+            let fit = (g.resident_blocks("indexer_scores", 256, 0)? * g.sm_count / n).max(1);
+            let groups = vis_max.div_ceil(INDEXER_KEYS_PER_BLOCK).clamp(1, fit);
+            launch!(g, "indexer_scores", Gpu::cfg((n as u32, groups as u32, 1), 256, 0);
                 sc.iq.ptr, sc.iw.ptr, eb, hi as i32, di as i32, ratio as i32, t0 as i32, me as i32,
                 (hi as f32).sqrt(), sc.scores.ptr);
             launch!(g, "indexer_topk", Gpu::cfg((n as u32, 1, 1), 1024, 0);
