@@ -18,4 +18,26 @@ fn kernels_compile_for_compute_90() {
     for k in trunk::gpu::nvrtc::KERNELS {
         assert!(ptx.contains(&format!(".entry {k}(")), "kernel `{k}` missing from the PTX");
     }
+    // every kernel is launched with programmatic dependent launch
+    // (gpu/device.rs `Gpu::launch`): each must wait for the kernel before
+    // it (kernels/common.cuh `await_inputs`)
+    for (k, body) in entries(ptx) {
+        assert!(body.contains("griddepcontrol.wait"), "kernel `{k}` never waits for the kernel before it");
+        assert!(body.contains("griddepcontrol.launch_dependents"), "kernel `{k}` never lets the next one start");
+    }
+    assert!(entries(ptx).count() >= trunk::gpu::nvrtc::KERNELS.len());
+}
+
+/// (name, text) of each `.entry` in the PTX, up to the next one.
+fn entries(ptx: &str) -> impl Iterator<Item = (&str, &str)> {
+    ptx.split(".entry ").skip(1).map(|e| (e.split('(').next().unwrap_or(""), e))
+}
+
+#[test]
+fn the_entry_check_sees_a_kernel_without_the_wait() {
+    let ptx =
+        ".version 8.8\n.entry a(\n griddepcontrol.wait;\n griddepcontrol.launch_dependents;\n}\n.entry b(\n ret;\n}\n";
+    let missing: Vec<&str> =
+        entries(ptx).filter(|(_, body)| !body.contains("griddepcontrol.wait")).map(|(k, _)| k).collect();
+    assert_eq!(missing, ["b"]);
 }

@@ -476,13 +476,15 @@ macro_rules! launch {
     };
     ($gpu:expr => $stream:ident, $name:expr, $cfg:expr; $($arg:expr),* $(,)?) => {{
         let gpu: &$crate::gpu::device::Gpu = &$gpu;
+        let stream: &cudarc::driver::CudaStream = &gpu.$stream;
+        let (name, cfg): (&str, cudarc::driver::LaunchConfig) = ($name, $cfg);
         let mut args: Vec<*mut std::ffi::c_void> = Vec::new();
         // each value lives (shadowed, not dropped) until the launch below
         $( let a = $arg; args.push($crate::gpu::device::kernel_arg(&a)); )*
         // SAFETY: argument types and counts follow the kernel signatures in
         // kernels/*.cu; every address points into a live buffer of the size
         // the kernel indexes; `args` points at values alive until the call returns.
-        unsafe { gpu.launch(&gpu.$stream, $name, $cfg, &mut args) }?;
+        unsafe { gpu.launch(stream, name, cfg, &mut args) }?;
     }};
 }
 

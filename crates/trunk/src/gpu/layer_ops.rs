@@ -366,4 +366,105 @@ mod tests {
         }
         assert!(other_order_differs, "a different pairing never changed a sum: the test has no teeth");
     }
+
+    /// kernels/indexer.cu `order_key`: doubles to u64 in their total order.
+    fn order_key(f: f64) -> u64 {
+        let b = f.to_bits();
+        if b >> 63 == 1 {
+            !b
+        } else {
+            b | 1 << 63
+        }
+    }
+
+    /// kernels/indexer.cu `indexer_topk`'s threshold, a byte at a time as
+    /// `select_byte` finds it: the candidates' histogram of the byte, lane
+    /// l's eight bins bin(l, 0) .. bin(l, 7) (the kernel's: 255 - 8l - u,
+    /// from the top), `above` the count in the earlier lanes' bins (the
+    /// lanes' exclusive scan), then the bin within the lane where the
+    /// need-th largest falls.
+    fn radix_threshold(keys: &[u64], topk: usize, bin: impl Fn(usize, usize) -> usize) -> u64 {
+        let (mut prefix, mut mask, mut need) = (0u64, 0u64, topk);
+        for shift in (0..8).rev().map(|b| 8 * b) {
+            let mut hist = [0usize; 256];
+            for &k in keys.iter().filter(|&&k| k & mask == prefix) {
+                hist[((k >> shift) & 255) as usize] += 1;
+            }
+            let mut pick = None;
+            let mut above = 0;
+            for l in 0..32 {
+                let inc = above + (0..8).map(|u| hist[bin(l, u)]).sum::<usize>();
+                if above < need && need <= inc {
+                    let mut a = above;
+                    for u in 0..8 {
+                        let c = hist[bin(l, u)];
+                        if a < need && need <= a + c {
+                            pick = Some((bin(l, u), need - a));
+                        }
+                        a += c;
+                    }
+                }
+                above = inc;
+            }
+            let (b, rank) = pick.expect("the need-th largest lies in some bin");
+            prefix |= (b as u64) << shift;
+            mask |= 255 << shift;
+            need = rank;
+        }
+        prefix
+    }
+
+    /// The kernel's bin order: from the top.
+    fn from_top(l: usize, u: usize) -> usize {
+        255 - 8 * l - u
+    }
+
+    /// The bitwise search `indexer_topk` used before: the largest T with
+    /// count(key >= T) >= topk.
+    fn bitwise_threshold(keys: &[u64], topk: usize) -> u64 {
+        let mut t = 0u64;
+        for bit in (0..64).rev() {
+            let cand = t | 1 << bit;
+            if keys.iter().filter(|&&k| k >= cand).count() >= topk {
+                t = cand;
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn indexer_radix_select_finds_the_topk_threshold() {
+        let mut rng = Rng::new(11, "radix_select", 0);
+        for case in 0..400 {
+            let n = 2 + rng.below(600) as usize;
+            let topk = 1 + rng.below(n as u64 - 1) as usize;
+            // many ties (a few distinct values, zeros), or a wide spread with negatives
+            let distinct = 1 + rng.below(8);
+            let scores: Vec<f64> = (0..n)
+                .map(|_| match case % 3 {
+                    0 => rng.below(distinct) as f64 * 0.25,
+                    1 => spread(&mut rng),
+                    _ => spread(&mut rng).abs() * if rng.below(4) == 0 { 0.0 } else { 1.0 },
+                })
+                .collect();
+            let keys: Vec<u64> = scores.iter().map(|&s| order_key(s)).collect();
+            let t = radix_threshold(&keys, topk, from_top);
+            assert_eq!(t, bitwise_threshold(&keys, topk), "case {case}: n {n} topk {topk}");
+            // the kernel's selection from T: every key above it, then ties at T by index
+            let above: Vec<usize> = (0..n).filter(|&s| keys[s] > t).collect();
+            let ties = (0..n).filter(|&s| keys[s] == t).take(topk - above.len());
+            let mut sel: Vec<usize> = above.iter().copied().chain(ties).collect();
+            sel.sort_unstable();
+            assert_eq!(sel, crate::cpu::ops::indexer::top_k(&scores, topk), "case {case}");
+        }
+    }
+
+    #[test]
+    fn indexer_radix_select_fails_with_the_bins_scanned_upward() {
+        // the same passes counting from the smallest byte find another threshold
+        let scores: Vec<f64> = (0..100).map(|i| i as f64 * 0.5).collect();
+        let keys: Vec<u64> = scores.iter().map(|&s| order_key(s)).collect();
+        assert_eq!(radix_threshold(&keys, 10, from_top), bitwise_threshold(&keys, 10));
+        assert_ne!(radix_threshold(&keys, 10, |l, u| 8 * l + u), bitwise_threshold(&keys, 10));
+    }
 }
