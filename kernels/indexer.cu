@@ -123,15 +123,21 @@ __device__ __forceinline__ int block_sum_int(int v, int* red) {
     return s;
 }
 
+// Inclusive prefix sum of one int per lane over the warp, in lane order.
+__device__ __forceinline__ int warp_scan_int(int v) {
+    const int lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int n = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += n;
+    }
+    return v;
+}
+
 // Exclusive prefix sum of one int per thread over the block, in thread order.
 __device__ __forceinline__ int block_scan_int(int v, int* red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int inc = v;
-    #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int n = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += n;
-    }
+    const int inc = warp_scan_int(v);
     __syncthreads();
     if (lane == 31) red[warp] = inc;
     __syncthreads();
@@ -178,12 +184,7 @@ __device__ __forceinline__ int select_byte(const double* __restrict__ sc, const 
             c[u] = hist[255 - 8 * lane - u];
             sum += c[u];
         }
-        int inc = sum;
-        #pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int n = __shfl_up_sync(0xffffffffu, inc, o);
-            if (lane >= o) inc += n;
-        }
+        const int inc = warp_scan_int(sum);
         int above = inc - sum;
         const int want = *need;
         if (above < want && want <= inc) {

@@ -356,7 +356,7 @@ impl Gpu {
         let warps = if smem > WIDE_ROW_SMEM { 2 * DECODE_WARPS } else { DECODE_WARPS };
         // at most the blocks the SMs hold at once (the kernels loop over row groups)
         let block = (warps * 32) as u32;
-        let fit = (self.resident_blocks(kernel, block, smem)? * self.sm_count / groups).max(1);
+        let fit = self.resident_grid(kernel, block, smem, groups)?;
         let grid = (nrows.div_ceil(warps * rpw).min(fit) as u32, 1, groups as u32);
         crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
             w.arg, w2, na, x, x_group as i32, y, y2, row0 as i32, nrows as i32);
@@ -396,7 +396,7 @@ impl Gpu {
 
     /// Blocks of `kernel` (with `block` threads and `smem` dynamic shared
     /// bytes) one SM holds at once, asked of the driver once per shape.
-    pub fn resident_blocks(&self, kernel: &'static str, block: u32, smem: u32) -> Result<usize> {
+    fn resident_blocks(&self, kernel: &'static str, block: u32, smem: u32) -> Result<usize> {
         let mut cache = self.resident.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&n) = cache.get(&(kernel, block, smem)) {
             return Ok(n as usize);
@@ -408,6 +408,13 @@ impl Gpu {
             .max(1);
         cache.insert((kernel, block, smem), n);
         Ok(n as usize)
+    }
+
+    /// Blocks for each of `shares` grid slices (tokens, groups) that the
+    /// whole device holds at once (at least one): the grid of a kernel
+    /// whose blocks loop over their work.
+    pub fn resident_grid(&self, kernel: &'static str, block: u32, smem: u32, shares: usize) -> Result<usize> {
+        Ok((self.resident_blocks(kernel, block, smem)? * self.sm_count / shares).max(1))
     }
 
     pub fn func(&self, name: &str) -> Result<&CudaFunction> {

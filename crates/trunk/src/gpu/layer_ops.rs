@@ -125,7 +125,7 @@ impl Dsv4Gpu {
             let me = sc.max_entries;
             let vis_max = (t0 + n) / ratio;
             // key groups per token: at most what the SMs hold at once (the blocks loop over groups)
-            let fit = (g.resident_blocks("indexer_scores", 256, 0)? * g.sm_count / n).max(1);
+            let fit = g.resident_grid("indexer_scores", 256, 0, n)?;
             let groups = vis_max.div_ceil(INDEXER_KEYS_PER_BLOCK).clamp(1, fit);
             launch!(g, "indexer_scores", Gpu::cfg((n as u32, groups as u32, 1), 256, 0);
                 sc.iq.ptr, sc.iw.ptr, eb, hi as i32, di as i32, ratio as i32, t0 as i32, me as i32,
