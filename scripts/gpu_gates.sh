@@ -2,7 +2,7 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: quick gates flash hostcache fixtures park perf spec dspark split deep boundary peer
+# sections: quick gates flash hostcache fixtures park perf kernels spec dspark split deep boundary peer
 # (default: gates); split, deep and boundary need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
@@ -121,6 +121,14 @@ quick() { # the short check after a kernel change (~2 min): exactness on the sma
 park() {
   models
   step "park bench small 32k" $M bench park /tmp/m/small --capacity 32768 --out $OUT/park_small_32k.json
+}
+kernels() { # per-kernel times of one decode step at 1k under Nsight Compute (it runs the kernels
+  # one at a time, so without the launch overlap; caches not flushed): the totals by kernel go to
+  # the summary, every launch to kernels_1k.txt
+  local NCU=${NCU:-/usr/local/cuda/bin/ncu}
+  step "ncu one decode step 1k" sh -c "$NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 300 --launch-count 300 $M bench roofline --layers 4 --contexts 1024 --prefill 0 --steps 3 > $OUT/ncu_1k.csv"
+  awk -v launches=1 -f scripts/ncu_step.awk $OUT/ncu_1k.csv > $OUT/kernels_1k.txt
+  awk -f scripts/ncu_step.awk $OUT/ncu_1k.csv | tee -a "$SUMMARY"
 }
 perf() {
   step "roofline flash-shape 4 layers" $M bench roofline --layers 4 --out $OUT/roofline.json
