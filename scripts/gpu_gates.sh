@@ -127,8 +127,7 @@ kernels() { # per-kernel times of one decode step at 1k under Nsight Compute (it
   # the summary, every launch to kernels_1k.txt
   local NCU=${NCU:-/usr/local/cuda/bin/ncu}
   step "ncu one decode step 1k" sh -c "$NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 300 --launch-count 300 $M bench roofline --layers 4 --contexts 1024 --prefill 0 --steps 3 > $OUT/ncu_1k.csv"
-  awk -v launches=1 -f scripts/ncu_step.awk $OUT/ncu_1k.csv > $OUT/kernels_1k.txt
-  awk -f scripts/ncu_step.awk $OUT/ncu_1k.csv | tee -a "$SUMMARY"
+  awk -v launches=$OUT/kernels_1k.txt -f scripts/ncu_step.awk $OUT/ncu_1k.csv | tee -a "$SUMMARY"
 }
 perf() {
   step "roofline flash-shape 4 layers" $M bench roofline --layers 4 --out $OUT/roofline.json
