@@ -2,7 +2,7 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: quick gates flash hostcache fixtures park perf kernels spec dspark split deep boundary peer
+# sections: quick gates flash hostcache fixtures park perf prefill kernels spec dspark split deep boundary peer
 # (default: gates); split, deep and boundary need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
@@ -128,6 +128,12 @@ kernels() { # per-kernel times of one decode step at 1k under Nsight Compute (it
   local NCU=${NCU:-/usr/local/cuda/bin/ncu}
   step "ncu one decode step 1k" sh -c "$NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 300 --launch-count 300 $M bench roofline --layers 4 --contexts 1024 --prefill 0 --steps 3 > $OUT/ncu_1k.csv"
   awk -v launches=$OUT/kernels_1k.txt -f scripts/ncu_step.awk $OUT/ncu_1k.csv | tee -a "$SUMMARY"
+}
+prefill() { # prefill 4096 at flash shape (4 layers), against BASE (another memra) if set
+  for b in ${BASE:-} $M; do
+    step "roofline prefill 4096 ($b)" $b bench roofline --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
+    grep -E "^(decode b1|prefill|breakdown prefill)" "$LOG" | tail -3 | tee -a "$SUMMARY"
+  done
 }
 perf() {
   step "roofline flash-shape 4 layers" $M bench roofline --layers 4 --out $OUT/roofline.json
