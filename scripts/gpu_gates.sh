@@ -113,9 +113,13 @@ quick() { # the short check after a kernel change (~2 min): exactness on the sma
   step "plain tiny" gen_to $OUT/q_plain.json --model /tmp/m/tiny_ds --backend gpu --max-tokens 96 --no-stop --json
   step "spec tiny dspark" gen_to $OUT/q_dspark.json --model /tmp/m/tiny_ds --backend gpu --max-tokens 96 --no-stop --json --drafter $P/libdspark.so
   python3 -c "import json,sys; a,b=(json.load(open(f))['tokens'] for f in sys.argv[1:]); print('spec tiny dspark tokens equal to plain greedy', a==b, len(a))" $OUT/q_plain.json $OUT/q_dspark.json | tee -a "$SUMMARY"
+  roofline_runs "roofline 4 layers 1k,32k" "^decode b1" 2 --layers 4 --contexts 1024,32768 --prefill 0
+}
+roofline_runs() { # label, log lines to show (pattern, count), roofline args...: BASE (if set), then MEMRA
+  local label=$1 pattern=$2 lines=$3; shift 3
   for b in ${BASE:-} $M; do
-    step "roofline 4 layers 1k,32k ($b)" $b bench roofline --layers 4 --contexts 1024,32768 --prefill 0
-    grep -E "^decode b1" "$LOG" | tail -2 | tee -a "$SUMMARY"
+    step "$label ($b)" $b bench roofline "$@"
+    grep -E "$pattern" "$LOG" | tail -"$lines" | tee -a "$SUMMARY"
   done
 }
 park() {
@@ -130,10 +134,8 @@ kernels() { # per-kernel times of one decode step at 1k under Nsight Compute (it
   awk -v launches=$OUT/kernels_1k.txt -f scripts/ncu_step.awk $OUT/ncu_1k.csv | tee -a "$SUMMARY"
 }
 prefill() { # prefill 4096 at flash shape (4 layers), against BASE (another memra) if set
-  for b in ${BASE:-} $M; do
-    step "roofline prefill 4096 ($b)" $b bench roofline --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
-    grep -E "^(decode b1|prefill|breakdown prefill)" "$LOG" | tail -3 | tee -a "$SUMMARY"
-  done
+  roofline_runs "roofline prefill 4096" "^(decode b1|prefill|breakdown prefill)" 3 \
+    --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
 }
 perf() {
   step "roofline flash-shape 4 layers" $M bench roofline --layers 4 --out $OUT/roofline.json
