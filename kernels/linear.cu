@@ -55,7 +55,9 @@ __device__ __forceinline__ void linear_any(const Mat& w, const float* x, int x_s
 // the columns in windows of 32 chunks (one a lane, as warp_dot_rows'
 // lanes take them), staging the window's activations as f64 (times 2^(P -
 // 127) for scaled codes; chunk c of token t at t * TILE_TOKEN(E) + c * (E +
-// 2), the decode kernels' layout) while the next window's chunks load.
+// 2), the decode kernels' layout) while the next window's chunks and
+// activations load (the activations by cp.async into an f32 staging area
+// after the f64 window).
 // Each output is the sum warp_dot_rows forms: per chunk a partial from
 // zero in column order, taken into the lane's sum as the decode kernels
 // take it, the lanes' sums by the butterfly; bits do not depend on n.
@@ -64,7 +66,8 @@ __device__ __forceinline__ void linear_any(const Mat& w, const float* x, int x_s
 #define TILE_ROWS 8
 #define TILE_TOKENS 8
 #define TILE_TOKEN(E) (32 * ((E) + 2))
-#define TILE_SMEM(E) (TILE_TOKENS * TILE_TOKEN(E))
+// The f64 window, then the f32 staging area (in doubles).
+#define TILE_SMEM(E) (TILE_TOKENS * TILE_TOKEN(E) + TILE_TOKENS * 32 * (E) / 2)
 // Values of a chunk a lane decodes at once (all of a BF16 or F32 chunk).
 #define TILE_SLICE(E) ((E) < 8 ? (E) : 8)
 
@@ -88,22 +91,39 @@ __device__ __forceinline__ void linear_tile_pairs(const Mat& w, const float* x, 
     for (int r = 0; r < 2; r++)
         #pragma unroll
         for (int t = 0; t < 4; t++) acc[r][t] = 0.0;
-    uint4 cur[2], next[2];
-    #pragma unroll
-    for (int r = 0; r < 2; r++) cur[r] = active && lane < nch ? rows[r].chunks[lane] : make_uint4(0, 0, 0, 0);
-    for (int base = 0; base < nch; base += 32) {
-        const int ci = base + lane;
-        #pragma unroll
-        for (int r = 0; r < 2; r++)
-            next[r] = active && ci + 32 < nch ? rows[r].chunks[ci + 32] : make_uint4(0, 0, 0, 0);
-        __syncthreads();  // the last window's reads are done
+    // the window at chunk `base`: its f32 activations copied into `stage`
+    // asynchronously, then (all copies landed, every warp past the last
+    // window) converted into xs
+    float* stage = (float*)(xs + TILE_TOKENS * TILE_TOKEN(E));
+    auto fetch = [&](int base) {
         const int k0 = base * E, len = min(32 * E, w.cols - k0);
         for (int i = threadIdx.x; i < TILE_TOKENS * 32 * E; i += blockDim.x) {
             const int t = i / (32 * E), e = i % (32 * E);
-            if (t < nt && e < len)
-                xs[t * TILE_TOKEN(E) + (e / E) * (E + 2) + e % E] = (double)x[(size_t)(tb + t) * x_stride + k0 + e] * xscale;
+            if (t < nt && e < len) copy_async4(stage + i, x + (size_t)(tb + t) * x_stride + k0 + e);
+        }
+        copy_async_commit();
+    };
+    auto convert = [&]() {
+        copy_async_wait_all();
+        __syncthreads();
+        for (int i = threadIdx.x; i < TILE_TOKENS * 32 * E; i += blockDim.x) {
+            const int t = i / (32 * E), e = i % (32 * E);
+            xs[t * TILE_TOKEN(E) + (e / E) * (E + 2) + e % E] = (double)stage[i] * xscale;
         }
         __syncthreads();
+    };
+    fetch(0);
+    uint4 cur[2], next[2];
+    #pragma unroll
+    for (int r = 0; r < 2; r++) cur[r] = active && lane < nch ? rows[r].chunks[lane] : make_uint4(0, 0, 0, 0);
+    convert();
+    for (int base = 0; base < nch; base += 32) {
+        const int ci = base + lane;
+        const bool more = base + 32 < nch;
+        #pragma unroll
+        for (int r = 0; r < 2; r++)
+            next[r] = active && ci + 32 < nch ? rows[r].chunks[ci + 32] : make_uint4(0, 0, 0, 0);
+        if (more) fetch(base + 32);  // the next window's activations land while this one is summed
         if (active && ci < nch) {
             double f[2];
             float sc[2];
@@ -146,6 +166,7 @@ __device__ __forceinline__ void linear_tile_pairs(const Mat& w, const float* x, 
         }
         #pragma unroll
         for (int r = 0; r < 2; r++) cur[r] = next[r];
+        if (more) convert();
     }
     #pragma unroll
     for (int r = 0; r < 2; r++)

@@ -57,10 +57,11 @@ const TILE_BLOCK: u32 = 256;
 
 /// Shared bytes of a prefill tile's window for weights of format `fmt`
 /// (kernels/linear.cu `TILE_SMEM`: 8 tokens x 32 chunks of f64 values, two
-/// padding values each).
+/// padding values each, then the same activations as f32 in the staging
+/// area they are copied into).
 fn tile_smem(fmt: i32) -> u32 {
     let e = chunk_values(fmt);
-    (TILE_TOKENS * 32 * (e + 2) * 8) as u32
+    (TILE_TOKENS * 32 * ((e + 2) * 8 + e * 4)) as u32
 }
 
 /// Shared bytes a decode kernel needs to stage one whole activation row of
@@ -565,9 +566,10 @@ mod tests {
         // 8 warps: 4 pairs of rows x 2 halves of the tokens
         assert_eq!(TILE_BLOCK as usize, 32 * (TILE_ROWS / 2) * (TILE_TOKENS / 4));
         assert!(src.contains("#define TILE_TOKEN(E) (32 * ((E) + 2))\n"));
-        // FP4: 8 tokens x 32 chunks of 32 f64 values and two padding values
-        assert_eq!(tile_smem(3), 8 * 32 * 34 * 8);
-        assert_eq!(tile_smem(2), 8 * 32 * 18 * 8);
+        assert!(src.contains("#define TILE_SMEM(E) (TILE_TOKENS * TILE_TOKEN(E) + TILE_TOKENS * 32 * (E) / 2)\n"));
+        // FP4: 8 tokens x 32 chunks of 32 f64 values and two padding values, and the 32 as f32
+        assert_eq!(tile_smem(3), 8 * 32 * (34 * 8 + 32 * 4));
+        assert_eq!(tile_smem(2), 8 * 32 * (18 * 8 + 16 * 4));
         // every format fits under the opt-in that both tile kernels take
         assert!((0..4).all(|f| tile_smem(f) as usize <= ROW_SMEM_MAX));
         assert!(["linear_f32", "linear_grouped"].iter().all(|k| WHOLE_ROW_KERNELS.contains(k)));
