@@ -221,6 +221,18 @@ __device__ __forceinline__ double chunk_factor(const RowRef& rr, int ci) {
     return pow2d(127);
 }
 
+// Asynchronous 4-byte copy from global to shared memory (cp.async; the
+// copy bypasses registers). Each thread's copies since its last commit
+// form a group; copy_async_wait_all waits for all of this thread's groups,
+// and a barrier after it makes every thread's copies visible to the block.
+__device__ __forceinline__ void copy_async4(float* dst, const float* src) {
+    unsigned a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(a), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // Sum of one f64 per lane over the warp, every lane getting it (a fixed
 // butterfly: the same bits on every lane and every run).
 __device__ __forceinline__ double warp_sum(double v) {

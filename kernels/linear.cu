@@ -1,16 +1,21 @@
 // linear.cu — y[t, j] = sum_k x[t, k] * W[row0 + j, k]   (CPU twin: cpu/ops/linear.rs)
 //
-// One warp per output row and a tile of tokens: the warp reads each 16-byte
-// weight chunk once and applies it to every token of the tile (activations
-// staged in shared memory), accumulating in f64 (the CPU twin's precision).
-// Each output is reduced in the order of block_dot_rows whatever the tile
-// holds, so results do not depend on the batch; decode (n = 1) uses a tile
-// of one.
+// Every output is reduced in one order, whatever kernel forms it and
+// however many tokens its launch holds (common.cuh: 16-byte chunks, lane l
+// of 32 taking chunks l, l + 32, ..., a partial per chunk, the lanes' sums
+// by a fixed butterfly), accumulating in f64 (the CPU twin's precision), so
+// results do not depend on the batch. Three kernels form it:
+// - the prefill tiles `linear_f32` / `linear_grouped` (8 rows x 8 tokens a
+//   block, linear_tile_pairs below);
+// - the decode rows `linear_t1_r{1,2,4}` (one token, its row staged whole,
+//   each warp 1, 2 or 4 rows);
+// - `linear_f32_t1` / `linear_grouped_t1`, one warp a row and a tile of
+//   one token, for a decode row too wide to stage whole.
 //
-// grid (ceil(nrows / 4), ceil(n / tile)), block 128. The grouped kernels add
-// grid z = group: group z applies rows z*nrows .. z*nrows+nrows-1 of W to the
-// inputs at x + z*x_group and writes y + z*nrows (the grouped low-rank output
-// projection `wo_a` in one launch); each output's sum is the one above.
+// The grouped kernels add grid z = group: group z applies rows
+// z*nrows .. z*nrows+nrows-1 of W to the inputs at x + z*x_group and writes
+// y + z*nrows (the grouped low-rank output projection `wo_a` in one
+// launch); each output's sum is the one above.
 
 template <int FMT, int NT>
 __device__ __forceinline__ void linear_tile(const Mat& w, const float* x, int x_stride, float* y, int y_stride, int n,
@@ -42,11 +47,162 @@ __device__ __forceinline__ void linear_any(const Mat& w, const float* x, int x_s
     }
 }
 
-// Tile of 8 tokens (prefill and chunks).
+// Prefill and chunks: a block of 8 warps takes 8 rows and 8 tokens. Warp w
+// takes rows 2 * (w & 3) and 2 * (w & 3) + 1 of the block's and tokens
+// 4 * (w >> 2) .. + 3, so that each staged activation a lane reads serves
+// two rows, each weight it decodes four tokens, and each activation the
+// block converts to f64 eight rows. The block walks
+// the columns in windows of 32 chunks (one a lane, as warp_dot_rows'
+// lanes take them), staging the window's activations as f64 (times 2^(P -
+// 127) for scaled codes; chunk c of token t at t * TILE_TOKEN(E) + c * (E +
+// 2), the decode kernels' layout) while the next window's chunks and
+// activations load (the activations by cp.async into an f32 staging area
+// after the f64 window).
+// Each output is the sum warp_dot_rows forms: per chunk a partial from
+// zero in column order, taken into the lane's sum as the decode kernels
+// take it, the lanes' sums by the butterfly; bits do not depend on n.
+// grid (ceil(nrows / TILE_ROWS), ceil(n / TILE_TOKENS)), block 256, dynamic
+// smem TILE_SMEM(E) doubles (gpu/device.rs `tile_smem`).
+#define TILE_ROWS 8
+#define TILE_TOKENS 8
+#define TILE_TOKEN(E) (32 * ((E) + 2))
+// The f64 window, then the f32 staging area (in doubles).
+#define TILE_SMEM(E) (TILE_TOKENS * TILE_TOKEN(E) + TILE_TOKENS * 32 * (E) / 2)
+// Values of a chunk a lane decodes at once (all of a BF16 or F32 chunk).
+#define TILE_SLICE(E) ((E) < 8 ? (E) : 8)
+
+template <int FMT, bool SCALED>
+__device__ __forceinline__ void linear_tile_pairs(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
+                                                  int n, int row0, int nrows, double* xs) {
+    const int E = Fmt<FMT>::E, SL = TILE_SLICE(E);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j0 = blockIdx.x * TILE_ROWS + 2 * (warp & 3);  // the warp's rows j0, j0 + 1 (of nrows)
+    const int tb = blockIdx.y * TILE_TOKENS;                 // the block's first token
+    const int tw = 4 * (warp >> 2);                          // the warp's first token of the block's
+    const int nt = min(TILE_TOKENS, n - tb);
+    const bool active = j0 < nrows;
+    const int nch = w.cols / E;
+    RowRef rows[2];
+    #pragma unroll
+    for (int r = 0; r < 2; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
+    const double xscale = SCALED ? pow2d(Code<FMT>::P - 127) : 1.0;
+    double acc[2][4];
+    #pragma unroll
+    for (int r = 0; r < 2; r++)
+        #pragma unroll
+        for (int t = 0; t < 4; t++) acc[r][t] = 0.0;
+    // the window at chunk `base`: its f32 activations copied into `stage`
+    // asynchronously, then (all copies landed, every warp past the last
+    // window) converted into xs
+    float* stage = (float*)(xs + TILE_TOKENS * TILE_TOKEN(E));
+    auto fetch = [&](int base) {
+        const int k0 = base * E, len = min(32 * E, w.cols - k0);
+        for (int i = threadIdx.x; i < TILE_TOKENS * 32 * E; i += blockDim.x) {
+            const int t = i / (32 * E), e = i % (32 * E);
+            if (t < nt && e < len) copy_async4(stage + i, x + (size_t)(tb + t) * x_stride + k0 + e);
+        }
+        copy_async_commit();
+    };
+    auto convert = [&]() {
+        copy_async_wait_all();
+        __syncthreads();
+        for (int i = threadIdx.x; i < TILE_TOKENS * 32 * E; i += blockDim.x) {
+            const int t = i / (32 * E), e = i % (32 * E);
+            xs[t * TILE_TOKEN(E) + (e / E) * (E + 2) + e % E] = (double)stage[i] * xscale;
+        }
+        __syncthreads();
+    };
+    fetch(0);
+    uint4 cur[2], next[2];
+    #pragma unroll
+    for (int r = 0; r < 2; r++) cur[r] = active && lane < nch ? rows[r].chunks[lane] : make_uint4(0, 0, 0, 0);
+    convert();
+    for (int base = 0; base < nch; base += 32) {
+        const int ci = base + lane;
+        const bool more = base + 32 < nch;
+        #pragma unroll
+        for (int r = 0; r < 2; r++)
+            next[r] = active && ci + 32 < nch ? rows[r].chunks[ci + 32] : make_uint4(0, 0, 0, 0);
+        if (more) fetch(base + 32);  // the next window's activations land while this one is summed
+        if (active && ci < nch) {
+            double f[2];
+            float sc[2];
+            double p[2][4];
+            #pragma unroll
+            for (int r = 0; r < 2; r++) {
+                if (SCALED) f[r] = chunk_factor<FMT>(rows[r], ci);
+                else sc[r] = row_scale<FMT>(rows[r], ci);
+                #pragma unroll
+                for (int t = 0; t < 4; t++) p[r][t] = 0.0;
+            }
+            #pragma unroll
+            for (int s0 = 0; s0 < E; s0 += SL) {
+                double wv[2][SL];
+                #pragma unroll
+                for (int r = 0; r < 2; r++)
+                    #pragma unroll
+                    for (int k = 0; k < SL; k++)
+                        wv[r][k] = SCALED ? code_value<FMT>(cur[r], s0 + k) : (double)dequant_value<FMT>(cur[r], s0 + k, sc[r]);
+                #pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    if (tw + t < nt) {
+                        const double2* xr = (const double2*)(xs + (tw + t) * TILE_TOKEN(E) + lane * (E + 2) + s0);
+                        #pragma unroll
+                        for (int k = 0; k < SL; k += 2) {
+                            const double2 xv = xr[k >> 1];
+                            #pragma unroll
+                            for (int r = 0; r < 2; r++) {
+                                p[r][t] = fma(wv[r][k], xv.x, p[r][t]);
+                                p[r][t] = fma(wv[r][k + 1], xv.y, p[r][t]);
+                            }
+                        }
+                    }
+                }
+            }
+            #pragma unroll
+            for (int r = 0; r < 2; r++)
+                #pragma unroll
+                for (int t = 0; t < 4; t++) acc[r][t] = SCALED ? fma(p[r][t], f[r], acc[r][t]) : acc[r][t] + p[r][t];
+        }
+        #pragma unroll
+        for (int r = 0; r < 2; r++) cur[r] = next[r];
+        if (more) convert();
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++)
+        #pragma unroll
+        for (int t = 0; t < 4; t++) acc[r][t] = warp_sum(acc[r][t]);
+    if (lane == 0) {
+        #pragma unroll
+        for (int r = 0; r < 2; r++)
+            #pragma unroll
+            for (int t = 0; t < 4; t++)
+                if (j0 + r < nrows && tw + t < nt) y[(size_t)(tb + tw + t) * y_stride + j0 + r] = (float)acc[r][t];
+    }
+}
+
+template <int FMT>
+__device__ __forceinline__ void linear_tile_fmt(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
+                                                int n, int row0, int nrows) {
+    if (w.scaled) linear_tile_pairs<FMT, true>(w, x, x_stride, y, y_stride, n, row0, nrows, xs_dyn);
+    else linear_tile_pairs<FMT, false>(w, x, x_stride, y, y_stride, n, row0, nrows, xs_dyn);
+}
+
+__device__ __forceinline__ void linear_tiles(const Mat& w, const float* x, int x_stride, float* y, int y_stride, int n,
+                                             int row0, int nrows) {
+    switch (w.fmt) {
+        case FMT_BF16: linear_tile_fmt<FMT_BF16>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        case FMT_FP8: linear_tile_fmt<FMT_FP8>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        case FMT_FP4: linear_tile_fmt<FMT_FP4>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        default: linear_tile_fmt<FMT_F32>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+    }
+}
+
+// Prefill and chunks (tiles of 8 rows x 8 tokens).
 extern "C" __global__ void linear_f32(Mat w, const float* __restrict__ x, int x_stride, float* __restrict__ y,
                                       int y_stride, int n, int row0, int nrows) {
     await_inputs();
-    linear_any<8>(w, x, x_stride, y, y_stride, n, row0, nrows);
+    linear_tiles(w, x, x_stride, y, y_stride, n, row0, nrows);
 }
 
 // Tile of one token (decode).
@@ -56,12 +212,12 @@ extern "C" __global__ void linear_f32_t1(Mat w, const float* __restrict__ x, int
     linear_any<1>(w, x, x_stride, y, y_stride, n, row0, nrows);
 }
 
-// Grouped, tile of 8 tokens.
+// Grouped, tiles of 8 rows x 8 tokens.
 extern "C" __global__ void linear_grouped(Mat w, const float* __restrict__ x, int x_stride, int x_group,
                                           float* __restrict__ y, int y_stride, int n, int nrows) {
     await_inputs();
     const int z = blockIdx.z;
-    linear_any<8>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
+    linear_tiles(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
 }
 
 // Grouped, tile of one token (decode).

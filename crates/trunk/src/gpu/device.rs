@@ -42,9 +42,27 @@ fn chunk_values(fmt: i32) -> usize {
 /// two blocks still fit on an H100/H200 SM (228 KiB).
 pub const ROW_SMEM_MAX: usize = 112 << 10;
 
-/// The kernels that stage a whole activation row (kernels/common.cuh
-/// `staged_row_dots`) and so opt in to [`ROW_SMEM_MAX`].
-const WHOLE_ROW_KERNELS: [&str; 5] = ["linear_t1_r1", "linear_t1_r2", "linear_t1_r4", "expert_gate_up", "expert_down"];
+/// The kernels whose dynamic shared memory may pass the default 48 KiB:
+/// those that stage a whole activation row (kernels/common.cuh
+/// `staged_row_dots`) and the prefill tiles (kernels/linear.cu
+/// `linear_tile_pairs`); they opt in to [`ROW_SMEM_MAX`].
+const WHOLE_ROW_KERNELS: [&str; 7] =
+    ["linear_t1_r1", "linear_t1_r2", "linear_t1_r4", "expert_gate_up", "expert_down", "linear_f32", "linear_grouped"];
+
+/// Rows and tokens of a prefill tile, the block of `linear_f32` and
+/// `linear_grouped` (kernels/linear.cu `TILE_ROWS`, `TILE_TOKENS`; 8 warps).
+const TILE_ROWS: usize = 8;
+const TILE_TOKENS: usize = 8;
+const TILE_BLOCK: u32 = 256;
+
+/// Shared bytes of a prefill tile's window for weights of format `fmt`
+/// (kernels/linear.cu `TILE_SMEM`: 8 tokens x 32 chunks of f64 values, two
+/// padding values each, then the same activations as f32 in the staging
+/// area they are copied into).
+fn tile_smem(fmt: i32) -> u32 {
+    let e = chunk_values(fmt);
+    (TILE_TOKENS * 32 * ((e + 2) * 8 + e * 4)) as u32
+}
 
 /// Shared bytes a decode kernel needs to stage one whole activation row of
 /// `cols` for weights of format `fmt` (kernels/common.cuh `stage_row`:
@@ -265,8 +283,13 @@ impl Gpu {
             return Ok(());
         }
         // a tile of one token for decode, eight otherwise; the same sums either way
-        let (kernel, tile) = if n == 1 { ("linear_f32_t1", 1) } else { ("linear_f32", 8) };
-        crate::launch!(self, kernel, Gpu::cfg((nrows.div_ceil(4) as u32, n.div_ceil(tile) as u32, 1), 128, 0);
+        let (kernel, rows, tokens, block, smem) = if n == 1 {
+            ("linear_f32_t1", 4, 1, 128, 0)
+        } else {
+            ("linear_f32", TILE_ROWS, TILE_TOKENS, TILE_BLOCK, tile_smem(w.arg.fmt))
+        };
+        let grid = (nrows.div_ceil(rows) as u32, n.div_ceil(tokens) as u32, 1);
+        crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
             w.arg, x, x_stride as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
         Ok(())
     }
@@ -291,9 +314,13 @@ impl Gpu {
         if n == 1 && self.decode_rows(w, None, x, x_group, y, 0, groups, rows_per_group)? {
             return Ok(());
         }
-        let (kernel, tile) = if n == 1 { ("linear_grouped_t1", 1) } else { ("linear_grouped", 8) };
-        let grid = (rows_per_group.div_ceil(4) as u32, n.div_ceil(tile) as u32, groups as u32);
-        crate::launch!(self, kernel, Gpu::cfg(grid, 128, 0);
+        let (kernel, rows, tokens, block, smem) = if n == 1 {
+            ("linear_grouped_t1", 4, 1, 128, 0)
+        } else {
+            ("linear_grouped", TILE_ROWS, TILE_TOKENS, TILE_BLOCK, tile_smem(w.arg.fmt))
+        };
+        let grid = (rows_per_group.div_ceil(rows) as u32, n.div_ceil(tokens) as u32, groups as u32);
+        crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
             w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, rows_per_group as i32);
         Ok(())
     }
@@ -530,5 +557,21 @@ mod tests {
         // FP8 8192 (wo_b) fits with the opt-in, F32 16384 (192 KiB) does not
         assert_eq!(row_smem(2, 8192), Some(512 * 18 * 8));
         assert_eq!(row_smem(0, 16384), None);
+    }
+
+    #[test]
+    fn prefill_tiles_follow_the_kernels_window() {
+        let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == "linear.cu").unwrap().1;
+        assert!(src.contains(&format!("#define TILE_ROWS {TILE_ROWS}\n#define TILE_TOKENS {TILE_TOKENS}\n")));
+        // 8 warps: 4 pairs of rows x 2 halves of the tokens
+        assert_eq!(TILE_BLOCK as usize, 32 * (TILE_ROWS / 2) * (TILE_TOKENS / 4));
+        assert!(src.contains("#define TILE_TOKEN(E) (32 * ((E) + 2))\n"));
+        assert!(src.contains("#define TILE_SMEM(E) (TILE_TOKENS * TILE_TOKEN(E) + TILE_TOKENS * 32 * (E) / 2)\n"));
+        // FP4: 8 tokens x 32 chunks of 32 f64 values and two padding values, and the 32 as f32
+        assert_eq!(tile_smem(3), 8 * 32 * (34 * 8 + 32 * 4));
+        assert_eq!(tile_smem(2), 8 * 32 * (18 * 8 + 16 * 4));
+        // every format fits under the opt-in that both tile kernels take
+        assert!((0..4).all(|f| tile_smem(f) as usize <= ROW_SMEM_MAX));
+        assert!(["linear_f32", "linear_grouped"].iter().all(|k| WHOLE_ROW_KERNELS.contains(k)));
     }
 }
