@@ -185,6 +185,36 @@ extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float*
     }
 }
 
+// Prefill: the (token, slot) pairs listed by expert (a counting sort of
+// idx), so that the expert kernels' blocks that run together read one
+// expert's weights, from L2 after the first, rather than a different
+// expert's from memory for nearly every pair. Within an expert the order
+// is whatever the atomics give; no value depends on it (each pair's sums
+// and outputs are its own). Expert ids outside 0 .. n_experts - 1 (none
+// come from moe_route) are listed with the last expert. grid 1, block
+// 1024, dynamic smem n_experts ints.
+extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npairs, int n_experts,
+                                           int* __restrict__ pairs) {
+    await_inputs();
+    extern __shared__ int expert_next[];
+    const int tid = threadIdx.x;
+    for (int e = tid; e < n_experts; e += blockDim.x) expert_next[e] = 0;
+    __syncthreads();
+    for (int p = tid; p < npairs; p += blockDim.x) atomicAdd(&expert_next[min(max(idx[p], 0), n_experts - 1)], 1);
+    __syncthreads();
+    if (tid == 0) {
+        int start = 0;
+        for (int e = 0; e < n_experts; e++) {
+            const int c = expert_next[e];
+            expert_next[e] = start;
+            start += c;
+        }
+    }
+    __syncthreads();
+    for (int p = tid; p < npairs; p += blockDim.x)
+        pairs[atomicAdd(&expert_next[min(max(idx[p], 0), n_experts - 1)], 1)] = p;
+}
+
 // Shared expert middle: h = swiglu(g, u) with weight 1, elementwise over n*inter.
 extern "C" __global__ void swiglu_rows(const float* __restrict__ g, const float* __restrict__ u, float lim, int len,
                                        float* __restrict__ h) {

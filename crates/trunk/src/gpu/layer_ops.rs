@@ -194,12 +194,22 @@ impl Dsv4Gpu {
         let block = (DECODE_WARPS * 32) as u32;
         match self.opts.moe {
             MoeArm::Fused => {
+                // several tokens: the pairs listed by expert (kernels/moe.cu
+                // `moe_group_pairs`), so that one expert's weights serve its
+                // pairs from L2; one token's six pairs as they come
+                let pairs = if n > 1 {
+                    launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (ne * 4) as u32);
+                        sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr);
+                    sc.pair_lists.ptr
+                } else {
+                    sc.pairs.ptr
+                };
                 launch!(g, "expert_gate_up", Gpu::cfg((gu_x, npairs as u32, 1), block, gu_smem);
-                    dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, sc.pairs.ptr, lim,
+                    dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, pairs, lim,
                     inter as i32, sc.hmid.ptr);
                 let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
                 launch!(g, "expert_down", Gpu::cfg((down_x, npairs as u32, 1), block, down_smem);
-                    dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pairs.ptr, d as i32, sc.slot_out.ptr);
+                    dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, pairs, d as i32, sc.slot_out.ptr);
             }
             MoeArm::PerExpert => {
                 let idx = g.download(&sc.ridx, npairs)?;

@@ -49,6 +49,7 @@ pub const KERNELS: &[&str] = &[
     "indexer_scores",
     "indexer_topk",
     "moe_route",
+    "moe_group_pairs",
     "expert_gate_up",
     "expert_down",
     "swiglu_rows",

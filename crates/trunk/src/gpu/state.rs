@@ -38,7 +38,10 @@ pub struct Scratch {
     pub rlogits: Buf<f32>,
     pub ridx: Buf<i32>,
     pub rwts: Buf<f64>,
+    /// The (token, slot) pair ids in order (a decode step's expert launches).
     pub pairs: Buf<i32>,
+    /// The pair ids listed by expert: the per-expert arm's lists, the fused
+    /// arm's order for several tokens.
     pub pair_lists: Buf<i32>,
     pub hmid: Buf<f32>,
     pub hmidq: Buf<f32>,
