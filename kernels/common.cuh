@@ -230,6 +230,13 @@ __device__ __forceinline__ void copy_async4(float* dst, const float* src) {
     asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(a), "l"(src) : "memory");
 }
+// The same for 16 bytes (both addresses 16-byte aligned; .cg: through L2
+// only, as nothing else in the block reads them from L1).
+__device__ __forceinline__ void copy_async16(float* dst, const float* src) {
+    unsigned a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
+}
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
@@ -315,7 +322,7 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
 
 // The dynamic shared memory the whole-row kernels stage activations in
 // (one declaration for the translation unit).
-extern __shared__ double xs_dyn[];
+extern __shared__ __align__(16) double xs_dyn[];
 
 // Stage x[0..cols) * xscale as f64 for chunks of E values, cols / E chunks
 // of E + 2 doubles (gpu/device.rs `row_smem` sizes it; all threads; the

@@ -71,22 +71,22 @@ __device__ __forceinline__ void linear_any(const Mat& w, const float* x, int x_s
 // Values of a chunk a lane decodes at once (all of a BF16 or F32 chunk).
 #define TILE_SLICE(E) ((E) < 8 ? (E) : 8)
 
-template <int FMT, bool SCALED>
-__device__ __forceinline__ void linear_tile_pairs(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
-                                                  int n, int row0, int nrows, double* xs) {
+// The tile's sums: warp w of the block sums its two weight rows `rows`
+// (`active`: the warp has rows; a row past the matrix repeats its last
+// and is not stored) against tokens 4 * (w >> 2) .. + 3 of the block's
+// nt <= 8, whose activations start at xrow(t); acc[r][t] is every lane's
+// (zero for tokens past nt). Every thread of the block calls it with the
+// same nt and xrow (it syncs). The windows are copied 4 values at a time
+// (E, and so every window, is a multiple of 4), by one 16-byte copy where
+// the address allows.
+template <int FMT, bool SCALED, class XRow>
+__device__ __forceinline__ void tile_dots(const RowRef (&rows)[2], bool active, int cols, int nt, XRow xrow,
+                                          double* xs, double (&acc)[2][4]) {
     const int E = Fmt<FMT>::E, SL = TILE_SLICE(E);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int j0 = blockIdx.x * TILE_ROWS + 2 * (warp & 3);  // the warp's rows j0, j0 + 1 (of nrows)
-    const int tb = blockIdx.y * TILE_TOKENS;                 // the block's first token
-    const int tw = 4 * (warp >> 2);                          // the warp's first token of the block's
-    const int nt = min(TILE_TOKENS, n - tb);
-    const bool active = j0 < nrows;
-    const int nch = w.cols / E;
-    RowRef rows[2];
-    #pragma unroll
-    for (int r = 0; r < 2; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
+    const int tw = 4 * (warp >> 2);  // the warp's first token of the block's
+    const int nch = cols / E;
     const double xscale = SCALED ? pow2d(Code<FMT>::P - 127) : 1.0;
-    double acc[2][4];
     #pragma unroll
     for (int r = 0; r < 2; r++)
         #pragma unroll
@@ -96,19 +96,27 @@ __device__ __forceinline__ void linear_tile_pairs(const Mat& w, const float* x, 
     // window) converted into xs
     float* stage = (float*)(xs + TILE_TOKENS * TILE_TOKEN(E));
     auto fetch = [&](int base) {
-        const int k0 = base * E, len = min(32 * E, w.cols - k0);
-        for (int i = threadIdx.x; i < TILE_TOKENS * 32 * E; i += blockDim.x) {
+        const int k0 = base * E, len = min(32 * E, cols - k0);
+        for (int i = 4 * threadIdx.x; i < TILE_TOKENS * 32 * E; i += 4 * blockDim.x) {
             const int t = i / (32 * E), e = i % (32 * E);
-            if (t < nt && e < len) copy_async4(stage + i, x + (size_t)(tb + t) * x_stride + k0 + e);
+            if (t < nt && e < len) {
+                const float* src = xrow(t) + k0 + e;
+                if (e + 4 <= len && (((size_t)src) & 15) == 0) copy_async16(stage + i, src);
+                else
+                    for (int u = 0; u < 4 && e + u < len; u++) copy_async4(stage + i + u, src + u);
+            }
         }
         copy_async_commit();
     };
     auto convert = [&]() {
         copy_async_wait_all();
         __syncthreads();
-        for (int i = threadIdx.x; i < TILE_TOKENS * 32 * E; i += blockDim.x) {
+        for (int i = 4 * threadIdx.x; i < TILE_TOKENS * 32 * E; i += 4 * blockDim.x) {
             const int t = i / (32 * E), e = i % (32 * E);
-            xs[t * TILE_TOKEN(E) + (e / E) * (E + 2) + e % E] = (double)stage[i] * xscale;
+            const float4 v = *(const float4*)(stage + i);
+            double2* d = (double2*)(xs + t * TILE_TOKEN(E) + (e / E) * (E + 2) + e % E);
+            d[0] = make_double2((double)v.x * xscale, (double)v.y * xscale);
+            d[1] = make_double2((double)v.z * xscale, (double)v.w * xscale);
         }
         __syncthreads();
     };
@@ -172,6 +180,25 @@ __device__ __forceinline__ void linear_tile_pairs(const Mat& w, const float* x, 
     for (int r = 0; r < 2; r++)
         #pragma unroll
         for (int t = 0; t < 4; t++) acc[r][t] = warp_sum(acc[r][t]);
+}
+
+// A tile of a matrix: the block's rows j0 .. j0 + 7 of nrows (from row0 of
+// w), its tokens tb .. tb + 7 of n; warp w takes rows j0 + 2 * (w & 3) and
+// the next.
+template <int FMT, bool SCALED>
+__device__ __forceinline__ void linear_tile_pairs(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
+                                                  int n, int row0, int nrows, double* xs) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int j0 = blockIdx.x * TILE_ROWS + 2 * (warp & 3);  // the warp's rows j0, j0 + 1 (of nrows)
+    const int tb = blockIdx.y * TILE_TOKENS;                 // the block's first token
+    const int tw = 4 * (warp >> 2);                          // the warp's first token of the block's
+    const int nt = min(TILE_TOKENS, n - tb);
+    RowRef rows[2];
+    #pragma unroll
+    for (int r = 0; r < 2; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
+    double acc[2][4];
+    tile_dots<FMT, SCALED>(rows, j0 < nrows, w.cols, nt, [&](int t) { return x + (size_t)(tb + t) * x_stride; }, xs,
+                           acc);
     if (lane == 0) {
         #pragma unroll
         for (int r = 0; r < 2; r++)
