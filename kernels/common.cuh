@@ -428,6 +428,67 @@ __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, cons
     for (int q = 0; q < ND; q++) acc[q] = warp_sum(acc[q]);
 }
 
+// warp_dot_rows for NT tokens staged one after another (token t's row at
+// xs + t * stride, stage_row's layout): each weight decoded once for the
+// NT tokens, each token's sums those warp_dot_rows forms (acc[q][t], every
+// lane). The rows' first chunks load here.
+template <int FMT, int ND, int NT, bool SCALED>
+__device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int cols, const double* xs, int stride,
+                                                     double (&acc)[ND][NT]) {
+    const int E = Fmt<FMT>::E, D = RING(ND);
+    const int lane = threadIdx.x & 31;
+    const int nch = cols / E;
+    uint4 buf[ND][RING(ND)];
+    first_chunks<FMT, ND>(rows, cols, buf);
+    #pragma unroll
+    for (int q = 0; q < ND; q++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[q][t] = 0.0;
+    for (int ci = lane; ci < nch; ci += 32) {
+        const int ahead = ci + 32 * (D - 1);
+        #pragma unroll
+        for (int q = 0; q < ND; q++) buf[q][D - 1] = ahead < nch ? rows[q].chunks[ahead] : make_uint4(0, 0, 0, 0);
+        float s[ND];
+        double f[ND], p[ND][NT];
+        #pragma unroll
+        for (int q = 0; q < ND; q++) {
+            if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
+            else s[q] = row_scale<FMT>(rows[q], ci);
+            #pragma unroll
+            for (int t = 0; t < NT; t++) p[q][t] = 0.0;
+        }
+        #pragma unroll
+        for (int j = 0; j < E; j += 2) {
+            double w0[ND], w1[ND];
+            #pragma unroll
+            for (int q = 0; q < ND; q++) {
+                w0[q] = SCALED ? code_value<FMT>(buf[q][0], j) : (double)dequant_value<FMT>(buf[q][0], j, s[q]);
+                w1[q] = SCALED ? code_value<FMT>(buf[q][0], j + 1) : (double)dequant_value<FMT>(buf[q][0], j + 1, s[q]);
+            }
+            #pragma unroll
+            for (int t = 0; t < NT; t++) {
+                const double2 xv = *(const double2*)(xs + t * stride + ci * (E + 2) + j);
+                #pragma unroll
+                for (int q = 0; q < ND; q++) {
+                    p[q][t] = fma(w0[q], xv.x, p[q][t]);
+                    p[q][t] = fma(w1[q], xv.y, p[q][t]);
+                }
+            }
+        }
+        #pragma unroll
+        for (int q = 0; q < ND; q++) {
+            #pragma unroll
+            for (int t = 0; t < NT; t++) acc[q][t] = SCALED ? fma(p[q][t], f[q], acc[q][t]) : acc[q][t] + p[q][t];
+            #pragma unroll
+            for (int d = 0; d + 1 < D; d++) buf[q][d] = buf[q][d + 1];
+        }
+    }
+    #pragma unroll
+    for (int q = 0; q < ND; q++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[q][t] = warp_sum(acc[q][t]);
+}
+
 // The whole-row sequence every decode kernel runs: the rows' first chunks,
 // the token staged, the barrier, the dots. Every thread of the block calls
 // it with the same `scaled` (every row's Mat.scaled); a warp with no rows

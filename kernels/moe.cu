@@ -185,34 +185,183 @@ extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float*
     }
 }
 
-// Prefill: the (token, slot) pairs listed by expert (a counting sort of
-// idx), so that the expert kernels' blocks that run together read one
-// expert's weights, from L2 after the first, rather than a different
+// Several tokens: the (token, slot) pairs listed by expert (a counting
+// sort of idx), so that the expert kernels' blocks that run together read
+// one expert's weights, from L2 after the first, rather than a different
 // expert's from memory for nearly every pair. Within an expert the order
 // is whatever the atomics give; no value depends on it (each pair's sums
 // and outputs are its own). Expert ids outside 0 .. n_experts - 1 (none
-// come from moe_route) are listed with the last expert. grid 1, block
-// 1024, dynamic smem n_experts ints.
+// come from moe_route) are listed with the last expert. With `tiles` (not
+// null), also the groups of the expert group kernels below: group y takes
+// pairs[tiles[2y] ..][0 .. tiles[2y + 1]), up to `per_tile` pairs of one
+// expert, each expert's pairs in groups one after another; groups past
+// the last have 0 pairs (ntiles >= npairs / per_tile + n_experts holds
+// them all). grid 1, block 1024, dynamic smem 2 * n_experts ints.
 extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npairs, int n_experts,
-                                           int* __restrict__ pairs) {
+                                           int* __restrict__ pairs, int* __restrict__ tiles, int ntiles,
+                                           int per_tile) {
     await_inputs();
-    extern __shared__ int expert_next[];
+    extern __shared__ int group_smem[];
+    int* expert_next = group_smem;               // an expert's count, then its first slot, then its next
+    int* first_tile = group_smem + n_experts;    // an expert's first tile
+    __shared__ int tile_count;
     const int tid = threadIdx.x;
     for (int e = tid; e < n_experts; e += blockDim.x) expert_next[e] = 0;
     __syncthreads();
     for (int p = tid; p < npairs; p += blockDim.x) atomicAdd(&expert_next[min(max(idx[p], 0), n_experts - 1)], 1);
     __syncthreads();
     if (tid == 0) {
-        int start = 0;
+        int start = 0, tile = 0;
         for (int e = 0; e < n_experts; e++) {
             const int c = expert_next[e];
             expert_next[e] = start;
+            first_tile[e] = tile;
             start += c;
+            tile += (c + per_tile - 1) / per_tile;
+        }
+        tile_count = tile;
+    }
+    __syncthreads();
+    if (tiles != nullptr) {
+        for (int e = tid; e < n_experts; e += blockDim.x) {
+            const int first = expert_next[e], c = (e + 1 < n_experts ? expert_next[e + 1] : npairs) - first;
+            for (int q = 0; q < c; q += per_tile) {
+                const int y = first_tile[e] + q / per_tile;
+                if (y < ntiles) {
+                    tiles[2 * y] = first + q;
+                    tiles[2 * y + 1] = min(per_tile, c - q);
+                }
+            }
+        }
+        for (int y = tile_count + tid; y < ntiles; y += blockDim.x) {
+            tiles[2 * y] = 0;
+            tiles[2 * y + 1] = 0;
         }
     }
     __syncthreads();
     for (int p = tid; p < npairs; p += blockDim.x)
         pairs[atomicAdd(&expert_next[min(max(idx[p], 0), n_experts - 1)], 1)] = p;
+}
+
+// Prefill experts in groups of EXPERT_GROUP pairs of one expert (a group
+// of moe_group_pairs' list a block, or y, y + gridDim.y, ...): the group's
+// tokens staged whole as the per-pair kernels stage one (stage_row; a
+// group of fewer pairs stages its last again), then each warp takes two
+// weight rows at a time against all of them (warp_dot_rows_tokens), each
+// weight decoded once for the group. Every pair's sums are the per-pair
+// kernels', so the outputs do not depend on the kernel.
+#define EXPERT_GROUP 4
+
+// expert_gate_up_groups: warp w takes rows i = x * warps + w, then i plus
+// the grid's warps, ... of W1 and of W3, and writes each pair's swiglu.
+// grid (blocks, min(ngroups, 65535)), block 512, dynamic smem EXPERT_GROUP
+// staged rows of d (gpu/device.rs `row_smem`).
+template <int FMT, bool SCALED>
+__device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,
+                                              int k, const int* tp, int nt, float lim, int inter, float* h) {
+    const int E = Fmt<FMT>::E, stride = d / E * (E + 2);
+    const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int t = 0; t < EXPERT_GROUP; t++)
+        stage_row<E>(x + (size_t)(tp[min(t, nt - 1)] / k) * d, d, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
+                     xs_dyn + t * stride);
+    __syncthreads();
+    for (int i = blockIdx.x * warps + (threadIdx.x >> 5); i < inter; i += gridDim.x * warps) {
+        const RowRef rows[2] = {row_ref<FMT>(w1, i), row_ref<FMT>(w3, i)};
+        double acc[2][EXPERT_GROUP];
+        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, d, xs_dyn, stride, acc);
+        #pragma unroll
+        for (int t = 0; t < EXPERT_GROUP; t++) {
+            if (lane == t && t < nt) {
+                const int pair = tp[t];
+                h[(size_t)pair * inter + i] = swiglu((float)acc[0][t], (float)acc[1][t], lim, wts[pair]);
+            }
+        }
+    }
+}
+
+template <int FMT>
+__device__ __forceinline__ void gate_up_group_fmt(const Mat& w1, const Mat& w3, const float* x, int d,
+                                                  const double* wts, int k, const int* tp, int nt, float lim,
+                                                  int inter, float* h) {
+    if (w1.scaled && w3.scaled) gate_up_group<FMT, true>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h);
+    else gate_up_group<FMT, false>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h);
+}
+
+extern "C" __global__ void __launch_bounds__(512) expert_gate_up_groups(
+    const Mat* __restrict__ w1s, const Mat* __restrict__ w3s, const float* __restrict__ x, int d,
+    const int* __restrict__ idx, const double* __restrict__ wts, int k, const int* __restrict__ pairs,
+    const int* __restrict__ groups, int ngroups, float lim, int inter, float* __restrict__ h) {
+    await_inputs();
+    for (int y = blockIdx.y; y < ngroups; y += gridDim.y) {
+        const int nt = groups[2 * y + 1];
+        if (nt == 0) return;  // the groups past the last (the same for the whole block)
+        const int* tp = pairs + groups[2 * y];
+        const int e = idx[tp[0]];
+        const Mat w1 = w1s[e], w3 = w3s[e];
+        switch (w1.fmt) {
+            case FMT_BF16: gate_up_group_fmt<FMT_BF16>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h); break;
+            case FMT_FP8: gate_up_group_fmt<FMT_FP8>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h); break;
+            case FMT_FP4: gate_up_group_fmt<FMT_FP4>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h); break;
+            default: gate_up_group_fmt<FMT_F32>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h); break;
+        }
+        __syncthreads();  // every warp past the staged rows before the next group's
+    }
+}
+
+// expert_down_groups: warp w takes rows j0 = 2 * (x * warps + w) and
+// j0 + 1 of W2, then j0 plus twice the grid's warps, ... grid (blocks,
+// min(ngroups, 65535)), block 512, dynamic smem EXPERT_GROUP staged rows
+// of inter.
+template <int FMT, bool SCALED>
+__device__ __forceinline__ void down_group(const Mat& w2, const float* h, int inter, const int* tp, int nt, int d,
+                                           float* out) {
+    const int E = Fmt<FMT>::E, stride = inter / E * (E + 2);
+    const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
+    #pragma unroll
+    for (int t = 0; t < EXPERT_GROUP; t++)
+        stage_row<E>(h + (size_t)tp[min(t, nt - 1)] * inter, inter, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
+                     xs_dyn + t * stride);
+    __syncthreads();
+    for (int j0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d; j0 += 2 * gridDim.x * warps) {
+        const RowRef rows[2] = {row_ref<FMT>(w2, j0), row_ref<FMT>(w2, min(j0 + 1, d - 1))};
+        double acc[2][EXPERT_GROUP];
+        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, inter, xs_dyn, stride, acc);
+        #pragma unroll
+        for (int t = 0; t < EXPERT_GROUP; t++) {
+            if (lane == t && t < nt) {
+                #pragma unroll
+                for (int r = 0; r < 2; r++)
+                    if (j0 + r < d) out[(size_t)tp[t] * d + j0 + r] = (float)acc[r][t];
+            }
+        }
+    }
+}
+
+template <int FMT>
+__device__ __forceinline__ void down_group_fmt(const Mat& w2, const float* h, int inter, const int* tp, int nt, int d,
+                                               float* out) {
+    if (w2.scaled) down_group<FMT, true>(w2, h, inter, tp, nt, d, out);
+    else down_group<FMT, false>(w2, h, inter, tp, nt, d, out);
+}
+
+extern "C" __global__ void __launch_bounds__(512) expert_down_groups(
+    const Mat* __restrict__ w2s, const float* __restrict__ h, int inter, const int* __restrict__ idx,
+    const int* __restrict__ pairs, const int* __restrict__ groups, int ngroups, int d, float* __restrict__ out) {
+    await_inputs();
+    for (int y = blockIdx.y; y < ngroups; y += gridDim.y) {
+        const int nt = groups[2 * y + 1];
+        if (nt == 0) return;
+        const int* tp = pairs + groups[2 * y];
+        const Mat w2 = w2s[idx[tp[0]]];
+        switch (w2.fmt) {
+            case FMT_BF16: down_group_fmt<FMT_BF16>(w2, h, inter, tp, nt, d, out); break;
+            case FMT_FP8: down_group_fmt<FMT_FP8>(w2, h, inter, tp, nt, d, out); break;
+            case FMT_FP4: down_group_fmt<FMT_FP4>(w2, h, inter, tp, nt, d, out); break;
+            default: down_group_fmt<FMT_F32>(w2, h, inter, tp, nt, d, out); break;
+        }
+        __syncthreads();
+    }
 }
 
 // Shared expert middle: h = swiglu(g, u) with weight 1, elementwise over n*inter.

@@ -49,6 +49,25 @@ pub const ROW_SMEM_MAX: usize = 112 << 10;
 const WHOLE_ROW_KERNELS: [&str; 7] =
     ["linear_t1_r1", "linear_t1_r2", "linear_t1_r4", "expert_gate_up", "expert_down", "linear_f32", "linear_grouped"];
 
+/// Pairs of one expert the prefill's expert groups take at once
+/// (kernels/moe.cu `EXPERT_GROUP`, `expert_gate_up_groups`,
+/// `expert_down_groups`), their block (16 warps) and the most shared memory
+/// they opt in to: the group's staged rows, one block an SM.
+pub const EXPERT_GROUP: usize = 4;
+pub const EXPERT_GROUP_BLOCK: u32 = 512;
+const GROUP_SMEM_MAX: usize = 200 << 10;
+// a block may take at most 227 KiB on H100/H200
+const _: () = assert!(GROUP_SMEM_MAX <= 227 << 10);
+const GROUP_KERNELS: [&str; 2] = ["expert_gate_up_groups", "expert_down_groups"];
+
+/// Shared bytes of an expert group's staged rows of `cols` for weights of
+/// format `fmt`, or None above what the group kernels opt in to.
+pub fn group_smem(fmt: i32, cols: usize) -> Option<u32> {
+    let e = chunk_values(fmt);
+    let bytes = EXPERT_GROUP * (cols / e * (e + 2) * 8);
+    (bytes <= GROUP_SMEM_MAX).then_some(bytes as u32)
+}
+
 /// Rows and tokens of a prefill tile, the block of `linear_f32` and
 /// `linear_grouped` (kernels/linear.cu `TILE_ROWS`, `TILE_TOKENS`; 8 warps).
 const TILE_ROWS: usize = 8;
@@ -153,12 +172,19 @@ impl Gpu {
                 100,
             )
             .map_err(|e| anyhow!("kernel `{k}`: setting its shared memory carveout: {e}"))?;
-            if WHOLE_ROW_KERNELS.contains(&k) {
+            let opt_in = if WHOLE_ROW_KERNELS.contains(&k) {
+                Some(ROW_SMEM_MAX)
+            } else if GROUP_KERNELS.contains(&k) {
+                Some(GROUP_SMEM_MAX)
+            } else {
+                None
+            };
+            if let Some(bytes) = opt_in {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    ROW_SMEM_MAX as i32,
+                    bytes as i32,
                 )
-                .map_err(|e| anyhow!("kernel `{k}`: opting in to {ROW_SMEM_MAX} bytes of shared memory: {e}"))?;
+                .map_err(|e| anyhow!("kernel `{k}`: opting in to {bytes} bytes of shared memory: {e}"))?;
             }
             kernels.insert(k, f);
         }
@@ -573,5 +599,19 @@ mod tests {
         // every format fits under the opt-in that both tile kernels take
         assert!((0..4).all(|f| tile_smem(f) as usize <= ROW_SMEM_MAX));
         assert!(["linear_f32", "linear_grouped"].iter().all(|k| WHOLE_ROW_KERNELS.contains(k)));
+    }
+
+    #[test]
+    fn expert_groups_follow_the_kernels() {
+        let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == "moe.cu").unwrap().1;
+        assert!(src.contains(&format!("#define EXPERT_GROUP {EXPERT_GROUP}\n")));
+        assert!(src.contains(&format!("__launch_bounds__({EXPERT_GROUP_BLOCK}) expert_gate_up_groups(")));
+        assert!(src.contains(&format!("__launch_bounds__({EXPERT_GROUP_BLOCK}) expert_down_groups(")));
+        assert!(GROUP_KERNELS.iter().all(|k| super::super::nvrtc::KERNELS.contains(k)));
+        // DeepSeek-V4-Flash: FP4 experts, 4 staged rows of 4096 (W1, W3) and of 2048 (W2)
+        assert_eq!(group_smem(3, 4096), Some(4 * 128 * 34 * 8));
+        assert_eq!(group_smem(3, 2048), Some(4 * 64 * 34 * 8));
+        // too wide: the fused arm keeps the per-pair kernels
+        assert_eq!(group_smem(0, 8192), None);
     }
 }

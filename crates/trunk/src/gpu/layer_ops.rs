@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use super::device::{row_smem, Gpu, DECODE_WARPS};
+use super::device::{group_smem, row_smem, Gpu, DECODE_WARPS, EXPERT_GROUP, EXPERT_GROUP_BLOCK};
 use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
@@ -15,6 +15,13 @@ use crate::launch;
 /// `expert_down` (kernels/moe.cu `ER_GATE_UP`, `ER_DOWN`).
 const ER_GATE_UP: usize = 2;
 const ER_DOWN: usize = 4;
+
+/// Pairs an expert on average from which the fused MoE arm takes the expert
+/// groups (kernels/moe.cu `expert_gate_up_groups`, `expert_down_groups`;
+/// [`EXPERT_GROUP`] pairs of one expert a block): below it most groups would
+/// hold a pair or two, and the per-pair kernels use the SMs better. At
+/// DeepSeek-V4-Flash widths (256 experts, 6 a token) from 171 tokens.
+const EXPERT_GROUP_MIN_PAIRS: usize = 4;
 
 /// Shared bytes `attention_rows` takes per key: its logit (f64) and the
 /// key row's address.
@@ -192,14 +199,34 @@ impl Dsv4Gpu {
         let (gu_x, down_x) =
             (inter.div_ceil(DECODE_WARPS * ER_GATE_UP) as u32, d.div_ceil(DECODE_WARPS * ER_DOWN) as u32);
         let block = (DECODE_WARPS * 32) as u32;
+        let groups_fit = group_smem(f13, d).zip(group_smem(f2, inter));
         match self.opts.moe {
+            MoeArm::Fused if npairs >= EXPERT_GROUP_MIN_PAIRS * ne && groups_fit.is_some() => {
+                // enough pairs an expert for groups: the pairs listed by
+                // expert and cut into groups of one expert's pairs
+                // (kernels/moe.cu `moe_group_pairs`), each weight decoded
+                // once for the group's pairs
+                let (gu_smem, down_smem) = groups_fit.unwrap_or_default();
+                let ngroups = npairs.div_ceil(EXPERT_GROUP) + ne;
+                launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (2 * ne * 4) as u32);
+                    sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr, sc.expert_groups.ptr, ngroups as i32,
+                    EXPERT_GROUP as i32);
+                let grid_y = ngroups.min(u16::MAX as usize) as u32;
+                launch!(g, "expert_gate_up_groups", Gpu::cfg((1, grid_y, 1), EXPERT_GROUP_BLOCK, gu_smem);
+                    dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, sc.pair_lists.ptr,
+                    sc.expert_groups.ptr, ngroups as i32, lim, inter as i32, sc.hmid.ptr);
+                let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
+                launch!(g, "expert_down_groups", Gpu::cfg((1, grid_y, 1), EXPERT_GROUP_BLOCK, down_smem);
+                    dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pair_lists.ptr, sc.expert_groups.ptr,
+                    ngroups as i32, d as i32, sc.slot_out.ptr);
+            }
             MoeArm::Fused => {
-                // several tokens: the pairs listed by expert (kernels/moe.cu
-                // `moe_group_pairs`), so that one expert's weights serve its
-                // pairs from L2; one token's six pairs as they come
+                // a few tokens: the pairs listed by expert (no tiles), so
+                // that one expert's weights serve its pairs from L2; one
+                // token's pairs as they come
                 let pairs = if n > 1 {
-                    launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (ne * 4) as u32);
-                        sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr);
+                    launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (2 * ne * 4) as u32);
+                        sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr, 0u64, 0i32, 0i32);
                     sc.pair_lists.ptr
                 } else {
                     sc.pairs.ptr

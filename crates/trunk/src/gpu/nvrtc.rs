@@ -52,6 +52,8 @@ pub const KERNELS: &[&str] = &[
     "moe_group_pairs",
     "expert_gate_up",
     "expert_down",
+    "expert_gate_up_groups",
+    "expert_down_groups",
     "swiglu_rows",
     "argmax_slices",
     "argmax_rows",

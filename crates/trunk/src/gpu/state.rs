@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use kvstate::{DeviceState, Layout, StateError, StateStore};
 
-use super::device::{Buf, Gpu};
+use super::device::{Buf, Gpu, EXPERT_GROUP};
 
 /// Activation scratch of one stage, for chunks of up to `width` tokens.
 pub struct Scratch {
@@ -43,6 +43,9 @@ pub struct Scratch {
     /// The pair ids listed by expert: the per-expert arm's lists, the fused
     /// arm's order for several tokens.
     pub pair_lists: Buf<i32>,
+    /// The expert groups of several tokens (kernels/moe.cu `moe_group_pairs`:
+    /// per group its first index into `pair_lists` and its pair count).
+    pub expert_groups: Buf<i32>,
     pub hmid: Buf<f32>,
     pub hmidq: Buf<f32>,
     pub slot_out: Buf<f32>,
@@ -128,7 +131,15 @@ impl ScratchDims {
             + 4 * self.inter
             + self.d;
         let head_mix = 2 * hc_slices(self.hc, self.d) * (self.hc + 1);
-        w * per_token + LOGIT_ROWS * (1 + self.d + self.vocab + 1 + head_mix + 2 * ARGMAX_SLICES)
+        w * per_token
+            + 2 * self.expert_groups(w)
+            + LOGIT_ROWS * (1 + self.d + self.vocab + 1 + head_mix + 2 * ARGMAX_SLICES)
+    }
+
+    /// Expert groups that `w` tokens' pairs can need: each expert's pairs
+    /// fill groups of [`EXPERT_GROUP`] but its last.
+    pub fn expert_groups(&self, w: usize) -> usize {
+        (w * self.k).div_ceil(EXPERT_GROUP) + self.experts
     }
 
     pub fn alloc(&self, gpu: &Gpu, w: usize) -> Result<Scratch> {
@@ -165,6 +176,7 @@ impl ScratchDims {
             rwts: dd(w * self.k)?,
             pairs: gpu.upload(&pairs)?,
             pair_lists: i(w * self.k)?,
+            expert_groups: i(2 * self.expert_groups(w))?,
             hmid: f(w * self.k * self.inter)?,
             hmidq: f(w * self.k * self.inter)?,
             slot_out: f(w * self.k * self.d)?,
