@@ -191,51 +191,51 @@ extern "C" __global__ void expert_down(const Mat* __restrict__ w2s, const float*
 // expert's from memory for nearly every pair. Within an expert the order
 // is whatever the atomics give; no value depends on it (each pair's sums
 // and outputs are its own). Expert ids outside 0 .. n_experts - 1 (none
-// come from moe_route) are listed with the last expert. With `tiles` (not
+// come from moe_route) are listed with the last expert. With `groups` (not
 // null), also the groups of the expert group kernels below: group y takes
-// pairs[tiles[2y] ..][0 .. tiles[2y + 1]), up to `per_tile` pairs of one
+// pairs[groups[2y] ..][0 .. groups[2y + 1]), up to `per_group` pairs of one
 // expert, each expert's pairs in groups one after another; groups past
-// the last have 0 pairs (ntiles >= npairs / per_tile + n_experts holds
+// the last have 0 pairs (ngroups >= npairs / per_group + n_experts holds
 // them all). grid 1, block 1024, dynamic smem 2 * n_experts ints.
 extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npairs, int n_experts,
-                                           int* __restrict__ pairs, int* __restrict__ tiles, int ntiles,
-                                           int per_tile) {
+                                           int* __restrict__ pairs, int* __restrict__ groups, int ngroups,
+                                           int per_group) {
     await_inputs();
     extern __shared__ int group_smem[];
     int* expert_next = group_smem;               // an expert's count, then its first slot, then its next
-    int* first_tile = group_smem + n_experts;    // an expert's first tile
-    __shared__ int tile_count;
+    int* first_group = group_smem + n_experts;   // an expert's first group
+    __shared__ int group_count;
     const int tid = threadIdx.x;
     for (int e = tid; e < n_experts; e += blockDim.x) expert_next[e] = 0;
     __syncthreads();
     for (int p = tid; p < npairs; p += blockDim.x) atomicAdd(&expert_next[min(max(idx[p], 0), n_experts - 1)], 1);
     __syncthreads();
     if (tid == 0) {
-        int start = 0, tile = 0;
+        int start = 0, group = 0;
         for (int e = 0; e < n_experts; e++) {
             const int c = expert_next[e];
             expert_next[e] = start;
-            first_tile[e] = tile;
+            first_group[e] = group;
             start += c;
-            tile += (c + per_tile - 1) / per_tile;
+            group += (c + per_group - 1) / per_group;
         }
-        tile_count = tile;
+        group_count = group;
     }
     __syncthreads();
-    if (tiles != nullptr) {
+    if (groups != nullptr) {
         for (int e = tid; e < n_experts; e += blockDim.x) {
             const int first = expert_next[e], c = (e + 1 < n_experts ? expert_next[e + 1] : npairs) - first;
-            for (int q = 0; q < c; q += per_tile) {
-                const int y = first_tile[e] + q / per_tile;
-                if (y < ntiles) {
-                    tiles[2 * y] = first + q;
-                    tiles[2 * y + 1] = min(per_tile, c - q);
+            for (int q = 0; q < c; q += per_group) {
+                const int y = first_group[e] + q / per_group;
+                if (y < ngroups) {
+                    groups[2 * y] = first + q;
+                    groups[2 * y + 1] = min(per_group, c - q);
                 }
             }
         }
-        for (int y = tile_count + tid; y < ntiles; y += blockDim.x) {
-            tiles[2 * y] = 0;
-            tiles[2 * y + 1] = 0;
+        for (int y = group_count + tid; y < ngroups; y += blockDim.x) {
+            groups[2 * y] = 0;
+            groups[2 * y + 1] = 0;
         }
     }
     __syncthreads();

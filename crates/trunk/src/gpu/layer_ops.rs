@@ -199,14 +199,14 @@ impl Dsv4Gpu {
         let (gu_x, down_x) =
             (inter.div_ceil(DECODE_WARPS * ER_GATE_UP) as u32, d.div_ceil(DECODE_WARPS * ER_DOWN) as u32);
         let block = (DECODE_WARPS * 32) as u32;
-        let groups_fit = group_smem(f13, d).zip(group_smem(f2, inter));
-        match self.opts.moe {
-            MoeArm::Fused if npairs >= EXPERT_GROUP_MIN_PAIRS * ne && groups_fit.is_some() => {
-                // enough pairs an expert for groups: the pairs listed by
-                // expert and cut into groups of one expert's pairs
-                // (kernels/moe.cu `moe_group_pairs`), each weight decoded
-                // once for the group's pairs
-                let (gu_smem, down_smem) = groups_fit.unwrap_or_default();
+        // the expert groups' staged rows, where there are enough pairs an
+        // expert for groups and their rows fit
+        let groups = group_smem(f13, d).zip(group_smem(f2, inter)).filter(|_| npairs >= EXPERT_GROUP_MIN_PAIRS * ne);
+        match (self.opts.moe, groups) {
+            (MoeArm::Fused, Some((gu_smem, down_smem))) => {
+                // the pairs listed by expert and cut into groups of one
+                // expert's pairs (kernels/moe.cu `moe_group_pairs`), each
+                // weight decoded once for the group's pairs
                 let ngroups = npairs.div_ceil(EXPERT_GROUP) + ne;
                 launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (2 * ne * 4) as u32);
                     sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr, sc.expert_groups.ptr, ngroups as i32,
@@ -220,8 +220,8 @@ impl Dsv4Gpu {
                     dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pair_lists.ptr, sc.expert_groups.ptr,
                     ngroups as i32, d as i32, sc.slot_out.ptr);
             }
-            MoeArm::Fused => {
-                // a few tokens: the pairs listed by expert (no tiles), so
+            (MoeArm::Fused, None) => {
+                // a few tokens: the pairs listed by expert (no groups), so
                 // that one expert's weights serve its pairs from L2; one
                 // token's pairs as they come
                 let pairs = if n > 1 {
@@ -238,7 +238,7 @@ impl Dsv4Gpu {
                 launch!(g, "expert_down", Gpu::cfg((down_x, npairs as u32, 1), block, down_smem);
                     dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, pairs, d as i32, sc.slot_out.ptr);
             }
-            MoeArm::PerExpert => {
+            (MoeArm::PerExpert, _) => {
                 let idx = g.download(&sc.ridx, npairs)?;
                 let mut lists: Vec<Vec<i32>> = vec![Vec::new(); ne];
                 for (p, &e) in idx.iter().enumerate() {
