@@ -428,6 +428,10 @@ __device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, cons
     for (int q = 0; q < ND; q++) acc[q] = warp_sum(acc[q]);
 }
 
+// Tokens the prefill's group kernels stage whole at once (linear.cu
+// linear_groups, moe.cu expert_*_groups; gpu/device.rs `GROUP_TOKENS`).
+#define GROUP_TOKENS 4
+
 // warp_dot_rows for NT tokens staged one after another (token t's row at
 // xs + t * stride, stage_row's layout): each weight decoded once for the
 // NT tokens, each token's sums those warp_dot_rows forms (acc[q][t], every

@@ -243,18 +243,16 @@ extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npai
         pairs[atomicAdd(&expert_next[min(max(idx[p], 0), n_experts - 1)], 1)] = p;
 }
 
-// Prefill experts in groups of EXPERT_GROUP pairs of one expert (a group
+// Prefill experts in groups of GROUP_TOKENS pairs of one expert (a group
 // of moe_group_pairs' list a block, or y, y + gridDim.y, ...): the group's
 // tokens staged whole as the per-pair kernels stage one (stage_row; a
 // group of fewer pairs stages its last again), then each warp takes two
 // weight rows at a time against all of them (warp_dot_rows_tokens), each
 // weight decoded once for the group. Every pair's sums are the per-pair
 // kernels', so the outputs do not depend on the kernel.
-#define EXPERT_GROUP 4
-
 // expert_gate_up_groups: warp w takes rows i = x * warps + w, then i plus
 // the grid's warps, ... of W1 and of W3, and writes each pair's swiglu.
-// grid (blocks, min(ngroups, 65535)), block 512, dynamic smem EXPERT_GROUP
+// grid (blocks, min(ngroups, 65535)), block 512, dynamic smem GROUP_TOKENS
 // staged rows of d (gpu/device.rs `row_smem`).
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,
@@ -262,16 +260,16 @@ __device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, cons
     const int E = Fmt<FMT>::E, stride = d / E * (E + 2);
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
     #pragma unroll
-    for (int t = 0; t < EXPERT_GROUP; t++)
+    for (int t = 0; t < GROUP_TOKENS; t++)
         stage_row<E>(x + (size_t)(tp[min(t, nt - 1)] / k) * d, d, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
                      xs_dyn + t * stride);
     __syncthreads();
     for (int i = blockIdx.x * warps + (threadIdx.x >> 5); i < inter; i += gridDim.x * warps) {
         const RowRef rows[2] = {row_ref<FMT>(w1, i), row_ref<FMT>(w3, i)};
-        double acc[2][EXPERT_GROUP];
-        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, d, xs_dyn, stride, acc);
+        double acc[2][GROUP_TOKENS];
+        warp_dot_rows_tokens<FMT, 2, GROUP_TOKENS, SCALED>(rows, d, xs_dyn, stride, acc);
         #pragma unroll
-        for (int t = 0; t < EXPERT_GROUP; t++) {
+        for (int t = 0; t < GROUP_TOKENS; t++) {
             if (lane == t && t < nt) {
                 const int pair = tp[t];
                 h[(size_t)pair * inter + i] = swiglu((float)acc[0][t], (float)acc[1][t], lim, wts[pair]);
@@ -311,7 +309,7 @@ extern "C" __global__ void __launch_bounds__(512) expert_gate_up_groups(
 
 // expert_down_groups: warp w takes rows j0 = 2 * (x * warps + w) and
 // j0 + 1 of W2, then j0 plus twice the grid's warps, ... grid (blocks,
-// min(ngroups, 65535)), block 512, dynamic smem EXPERT_GROUP staged rows
+// min(ngroups, 65535)), block 512, dynamic smem GROUP_TOKENS staged rows
 // of inter.
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void down_group(const Mat& w2, const float* h, int inter, const int* tp, int nt, int d,
@@ -319,16 +317,16 @@ __device__ __forceinline__ void down_group(const Mat& w2, const float* h, int in
     const int E = Fmt<FMT>::E, stride = inter / E * (E + 2);
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
     #pragma unroll
-    for (int t = 0; t < EXPERT_GROUP; t++)
+    for (int t = 0; t < GROUP_TOKENS; t++)
         stage_row<E>(h + (size_t)tp[min(t, nt - 1)] * inter, inter, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
                      xs_dyn + t * stride);
     __syncthreads();
     for (int j0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d; j0 += 2 * gridDim.x * warps) {
         const RowRef rows[2] = {row_ref<FMT>(w2, j0), row_ref<FMT>(w2, min(j0 + 1, d - 1))};
-        double acc[2][EXPERT_GROUP];
-        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, inter, xs_dyn, stride, acc);
+        double acc[2][GROUP_TOKENS];
+        warp_dot_rows_tokens<FMT, 2, GROUP_TOKENS, SCALED>(rows, inter, xs_dyn, stride, acc);
         #pragma unroll
-        for (int t = 0; t < EXPERT_GROUP; t++) {
+        for (int t = 0; t < GROUP_TOKENS; t++) {
             if (lane == t && t < nt) {
                 #pragma unroll
                 for (int r = 0; r < 2; r++)

@@ -49,22 +49,23 @@ pub const ROW_SMEM_MAX: usize = 112 << 10;
 const WHOLE_ROW_KERNELS: [&str; 7] =
     ["linear_t1_r1", "linear_t1_r2", "linear_t1_r4", "expert_gate_up", "expert_down", "linear_f32", "linear_grouped"];
 
-/// Pairs of one expert the prefill's expert groups take at once
-/// (kernels/moe.cu `EXPERT_GROUP`, `expert_gate_up_groups`,
+/// Tokens (or pairs of one expert) the prefill's group kernels stage whole
+/// at once (kernels/common.cuh `GROUP_TOKENS`; kernels/linear.cu
+/// `linear_groups`, kernels/moe.cu `expert_gate_up_groups`,
 /// `expert_down_groups`), their block (16 warps) and the most shared memory
 /// they opt in to: the group's staged rows, one block an SM.
-pub const EXPERT_GROUP: usize = 4;
-pub const EXPERT_GROUP_BLOCK: u32 = 512;
+pub const GROUP_TOKENS: usize = 4;
+pub const GROUP_BLOCK: u32 = 512;
 const GROUP_SMEM_MAX: usize = 200 << 10;
 // a block may take at most 227 KiB on H100/H200
 const _: () = assert!(GROUP_SMEM_MAX <= 227 << 10);
-const GROUP_KERNELS: [&str; 2] = ["expert_gate_up_groups", "expert_down_groups"];
+const GROUP_KERNELS: [&str; 3] = ["linear_groups", "expert_gate_up_groups", "expert_down_groups"];
 
-/// Shared bytes of an expert group's staged rows of `cols` for weights of
-/// format `fmt`, or None above what the group kernels opt in to.
+/// Shared bytes of a group's staged rows of `cols` for weights of format
+/// `fmt`, or None above what the group kernels opt in to.
 pub fn group_smem(fmt: i32, cols: usize) -> Option<u32> {
     let e = chunk_values(fmt);
-    let bytes = EXPERT_GROUP * (cols / e * (e + 2) * 8);
+    let bytes = GROUP_TOKENS * (cols / e * (e + 2) * 8);
     (bytes <= GROUP_SMEM_MAX).then_some(bytes as u32)
 }
 
@@ -308,6 +309,9 @@ impl Gpu {
         if n == 1 && self.decode_rows(w, None, x, 0, y, row0, 1, nrows)? {
             return Ok(());
         }
+        if n > 1 && self.groups(w, x, x_stride, 0, y, y_stride, n, row0, 1, nrows)? {
+            return Ok(());
+        }
         // a tile of one token for decode, eight otherwise; the same sums either way
         let (kernel, rows, tokens, block, smem) = if n == 1 {
             ("linear_f32_t1", 4, 1, 128, 0)
@@ -340,6 +344,9 @@ impl Gpu {
         if n == 1 && self.decode_rows(w, None, x, x_group, y, 0, groups, rows_per_group)? {
             return Ok(());
         }
+        if n > 1 && self.groups(w, x, x_stride, x_group, y, y_stride, n, 0, groups, rows_per_group)? {
+            return Ok(());
+        }
         let (kernel, rows, tokens, block, smem) = if n == 1 {
             ("linear_grouped_t1", 4, 1, 128, 0)
         } else {
@@ -370,6 +377,42 @@ impl Gpu {
         }
         self.lin(w, x, y, n)?;
         self.lin(w2, x, y2, n)
+    }
+
+    /// Several tokens through rows `row0 + z*nrows ..` of `w` for each group
+    /// `z` (as `linear_grouped`), by `linear_groups`: [`GROUP_TOKENS`]
+    /// tokens staged whole a block, its warps walking the rows. Returns
+    /// false (nothing launched) where the staged rows do not fit in shared
+    /// memory (the 8x8 tiles take those).
+    #[allow(clippy::too_many_arguments)]
+    fn groups(
+        &self,
+        w: &super::weights::DevMat,
+        x: u64,
+        x_stride: usize,
+        x_group: usize,
+        y: u64,
+        y_stride: usize,
+        n: usize,
+        row0: usize,
+        groups: usize,
+        nrows: usize,
+    ) -> Result<bool> {
+        let Some(smem) = group_smem(w.arg.fmt, w.arg.cols as usize) else {
+            return Ok(false);
+        };
+        let token_groups = n.div_ceil(GROUP_TOKENS);
+        if token_groups > u16::MAX as usize {
+            return Ok(false); // past the grid's y limit
+        }
+        // one block an SM: enough blocks along the rows for a wave when the
+        // tokens are few, each warp keeping at least two rows
+        let warps = GROUP_BLOCK as usize / 32;
+        let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, nrows.div_ceil(2 * warps));
+        let grid = (blocks as u32, token_groups as u32, groups as u32);
+        crate::launch!(self, "linear_groups", Gpu::cfg(grid, GROUP_BLOCK, smem);
+            w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
+        Ok(true)
     }
 
     /// One token through rows `row0 .. row0 + nrows` of `w` for each of
@@ -602,16 +645,21 @@ mod tests {
     }
 
     #[test]
-    fn expert_groups_follow_the_kernels() {
-        let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == "moe.cu").unwrap().1;
-        assert!(src.contains(&format!("#define EXPERT_GROUP {EXPERT_GROUP}\n")));
-        assert!(src.contains(&format!("__launch_bounds__({EXPERT_GROUP_BLOCK}) expert_gate_up_groups(")));
-        assert!(src.contains(&format!("__launch_bounds__({EXPERT_GROUP_BLOCK}) expert_down_groups(")));
+    fn groups_follow_the_kernels() {
+        let source = |name: &str| super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap().1;
+        assert!(source("common.cuh").contains(&format!("#define GROUP_TOKENS {GROUP_TOKENS}\n")));
+        let (moe, linear) = (source("moe.cu"), source("linear.cu"));
+        assert!(moe.contains(&format!("__launch_bounds__({GROUP_BLOCK}) expert_gate_up_groups(")));
+        assert!(moe.contains(&format!("__launch_bounds__({GROUP_BLOCK}) expert_down_groups(")));
+        assert!(linear.contains(&format!("__launch_bounds__({GROUP_BLOCK}) linear_groups(")));
         assert!(GROUP_KERNELS.iter().all(|k| super::super::nvrtc::KERNELS.contains(k)));
         // DeepSeek-V4-Flash: FP4 experts, 4 staged rows of 4096 (W1, W3) and of 2048 (W2)
         assert_eq!(group_smem(3, 4096), Some(4 * 128 * 34 * 8));
         assert_eq!(group_smem(3, 2048), Some(4 * 64 * 34 * 8));
-        // too wide: the fused arm keeps the per-pair kernels
+        // FP8 `wo_b` (8192 columns) too wide: the tiles keep it; the fused
+        // arm keeps the per-pair kernels for experts too wide
+        assert_eq!(group_smem(2, 4096), Some(4 * 256 * 18 * 8));
+        assert_eq!(group_smem(2, 8192), None);
         assert_eq!(group_smem(0, 8192), None);
     }
 }

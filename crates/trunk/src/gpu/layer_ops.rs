@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use super::device::{group_smem, row_smem, Gpu, DECODE_WARPS, EXPERT_GROUP, EXPERT_GROUP_BLOCK};
+use super::device::{group_smem, row_smem, Gpu, DECODE_WARPS, GROUP_BLOCK, GROUP_TOKENS};
 use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
@@ -18,7 +18,7 @@ const ER_DOWN: usize = 4;
 
 /// Pairs an expert on average from which the fused MoE arm takes the expert
 /// groups (kernels/moe.cu `expert_gate_up_groups`, `expert_down_groups`;
-/// [`EXPERT_GROUP`] pairs of one expert a block): below it most groups would
+/// [`GROUP_TOKENS`] pairs of one expert a block): below it most groups would
 /// hold a pair or two, and the per-pair kernels use the SMs better. At
 /// DeepSeek-V4-Flash widths (256 experts, 6 a token) from 171 tokens.
 const EXPERT_GROUP_MIN_PAIRS: usize = 4;
@@ -207,16 +207,16 @@ impl Dsv4Gpu {
                 // the pairs listed by expert and cut into groups of one
                 // expert's pairs (kernels/moe.cu `moe_group_pairs`), each
                 // weight decoded once for the group's pairs
-                let ngroups = npairs.div_ceil(EXPERT_GROUP) + ne;
+                let ngroups = npairs.div_ceil(GROUP_TOKENS) + ne;
                 launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (2 * ne * 4) as u32);
                     sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr, sc.expert_groups.ptr, ngroups as i32,
-                    EXPERT_GROUP as i32);
+                    GROUP_TOKENS as i32);
                 let grid_y = ngroups.min(u16::MAX as usize) as u32;
-                launch!(g, "expert_gate_up_groups", Gpu::cfg((1, grid_y, 1), EXPERT_GROUP_BLOCK, gu_smem);
+                launch!(g, "expert_gate_up_groups", Gpu::cfg((1, grid_y, 1), GROUP_BLOCK, gu_smem);
                     dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, sc.pair_lists.ptr,
                     sc.expert_groups.ptr, ngroups as i32, lim, inter as i32, sc.hmid.ptr);
                 let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
-                launch!(g, "expert_down_groups", Gpu::cfg((1, grid_y, 1), EXPERT_GROUP_BLOCK, down_smem);
+                launch!(g, "expert_down_groups", Gpu::cfg((1, grid_y, 1), GROUP_BLOCK, down_smem);
                     dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pair_lists.ptr, sc.expert_groups.ptr,
                     ngroups as i32, d as i32, sc.slot_out.ptr);
             }

@@ -27,6 +27,7 @@ pub const KERNELS: &[&str] = &[
     "linear_f32_t1",
     "linear_grouped",
     "linear_grouped_t1",
+    "linear_groups",
     "linear_t1_r1",
     "linear_t1_r2",
     "linear_t1_r4",

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use kvstate::{DeviceState, Layout, StateError, StateStore};
 
-use super::device::{Buf, Gpu, EXPERT_GROUP};
+use super::device::{Buf, Gpu, GROUP_TOKENS};
 
 /// Activation scratch of one stage, for chunks of up to `width` tokens.
 pub struct Scratch {
@@ -137,9 +137,9 @@ impl ScratchDims {
     }
 
     /// Expert groups that `w` tokens' pairs can need: each expert's pairs
-    /// fill groups of [`EXPERT_GROUP`] but its last.
+    /// fill groups of [`GROUP_TOKENS`] but its last.
     pub fn expert_groups(&self, w: usize) -> usize {
-        (w * self.k).div_ceil(EXPERT_GROUP) + self.experts
+        (w * self.k).div_ceil(GROUP_TOKENS) + self.experts
     }
 
     pub fn alloc(&self, gpu: &Gpu, w: usize) -> Result<Scratch> {
