@@ -281,8 +281,10 @@ __device__ __forceinline__ void linear_group(const Mat& w, const float* x, int x
     __syncthreads();
     for (int j0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < nrows; j0 += 2 * gridDim.x * warps) {
         const RowRef rows[2] = {row_ref<FMT>(w, row0 + j0), row_ref<FMT>(w, row0 + min(j0 + 1, nrows - 1))};
+        uint4 buf[2][RING(2)];
+        first_chunks<FMT, 2>(rows, w.cols, buf);
         double acc[2][GROUP_TOKENS];
-        warp_dot_rows_tokens<FMT, 2, GROUP_TOKENS, SCALED>(rows, w.cols, xs_dyn, stride, acc);
+        warp_dot_rows_tokens<FMT, 2, GROUP_TOKENS, SCALED>(rows, w.cols, xs_dyn, stride, buf, acc);
         #pragma unroll
         for (int t = 0; t < GROUP_TOKENS; t++) {
             if (lane == t && t < nt) {
