@@ -133,9 +133,12 @@ kernels() { # per-kernel times of one decode step at 1k under Nsight Compute (it
   step "ncu one decode step 1k" sh -c "$NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 300 --launch-count 300 $M bench roofline --layers 4 --contexts 1024 --prefill 0 --steps 3 > $OUT/ncu_1k.csv"
   awk -v launches=$OUT/kernels_1k.txt -f scripts/ncu_step.awk $OUT/ncu_1k.csv | tee -a "$SUMMARY"
 }
-prefill() { # prefill 4096 at flash shape (4 layers), against BASE (another memra) if set
+prefill() { # prefill 4096 at flash shape (4 layers), against BASE (another memra) if set, and the
+  # chunk gate at flash shape with a width whose products and experts take the prefill kernels
   roofline_runs "roofline prefill 4096" "^(decode b1|prefill|breakdown prefill)" 3 \
     --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
+  step "chunks flash4 exact 1,256" $M gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 256 \
+    --widths 1,256 --out $OUT/chunks_flash4.json
 }
 perf() {
   step "roofline flash-shape 4 layers" $M bench roofline --layers 4 --out $OUT/roofline.json
