@@ -376,70 +376,20 @@ __device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4
     }
 }
 
-// Dots of the staged token with ND rows (any mix of matrices of one format
-// and width `cols`), by one warp, from the chunks first_chunks loaded: each
-// step loads the chunk RING(ND) - 1 strides ahead into the last slot, sums
-// the first, and shifts the slots down; every lane gets every sum. SCALED:
-// scaled-code products (the row staged with xscale pow2d(P - 127));
-// otherwise dequantized weights (xscale 1).
-template <int FMT, int ND, bool SCALED>
-__device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, const double* xs, uint4 (*buf)[RING(ND)],
-                                              double* acc) {
-    const int E = Fmt<FMT>::E, D = RING(ND);
-    const int lane = threadIdx.x & 31;
-    const int nch = cols / E;
-    #pragma unroll
-    for (int q = 0; q < ND; q++) acc[q] = 0.0;
-    for (int ci = lane; ci < nch; ci += 32) {
-        const int ahead = ci + 32 * (D - 1);
-        #pragma unroll
-        for (int q = 0; q < ND; q++) buf[q][D - 1] = ahead < nch ? rows[q].chunks[ahead] : make_uint4(0, 0, 0, 0);
-        float s[ND];
-        double f[ND], p[ND];
-        #pragma unroll
-        for (int q = 0; q < ND; q++) {
-            if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
-            else s[q] = row_scale<FMT>(rows[q], ci);
-            p[q] = 0.0;
-        }
-        const double2* xr = (const double2*)(xs + ci * (E + 2));
-        #pragma unroll
-        for (int j = 0; j < E; j += 2) {
-            const double2 xv = xr[j >> 1];
-            #pragma unroll
-            for (int q = 0; q < ND; q++) {
-                if (SCALED) {
-                    p[q] = fma(code_value<FMT>(buf[q][0], j), xv.x, p[q]);
-                    p[q] = fma(code_value<FMT>(buf[q][0], j + 1), xv.y, p[q]);
-                } else {
-                    p[q] = fma((double)dequant_value<FMT>(buf[q][0], j, s[q]), xv.x, p[q]);
-                    p[q] = fma((double)dequant_value<FMT>(buf[q][0], j + 1, s[q]), xv.y, p[q]);
-                }
-            }
-        }
-        #pragma unroll
-        for (int q = 0; q < ND; q++) {
-            acc[q] = SCALED ? fma(p[q], f[q], acc[q]) : acc[q] + p[q];
-            #pragma unroll
-            for (int d = 0; d + 1 < D; d++) buf[q][d] = buf[q][d + 1];
-        }
-    }
-    #pragma unroll
-    for (int q = 0; q < ND; q++) acc[q] = warp_sum(acc[q]);
-}
-
-// warp_dot_rows for NT tokens staged one after another (token t's row at
-// xs + t * stride, stage_row's layout): each weight decoded once for the
-// NT tokens, each token's sums those warp_dot_rows forms (acc[q][t], every
-// lane). The rows' first chunks load here.
+// Dots of NT staged tokens (token t's row at xs + t * stride, stage_row's
+// layout) with ND rows (any mix of matrices of one format and width
+// `cols`), by one warp, from the chunks first_chunks loaded: each step
+// loads the chunk RING(ND) - 1 strides ahead into the last slot, sums the
+// first (each weight decoded once for the NT tokens), and shifts the slots
+// down; every lane gets every sum acc[q][t]. SCALED: scaled-code products
+// (the rows staged with xscale pow2d(P - 127)); otherwise dequantized
+// weights (xscale 1).
 template <int FMT, int ND, int NT, bool SCALED>
 __device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int cols, const double* xs, int stride,
-                                                     double (&acc)[ND][NT]) {
+                                                     uint4 (*buf)[RING(ND)], double (&acc)[ND][NT]) {
     const int E = Fmt<FMT>::E, D = RING(ND);
     const int lane = threadIdx.x & 31;
     const int nch = cols / E;
-    uint4 buf[ND][RING(ND)];
-    first_chunks<FMT, ND>(rows, cols, buf);
     #pragma unroll
     for (int q = 0; q < ND; q++)
         #pragma unroll
@@ -487,6 +437,16 @@ __device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int col
     for (int q = 0; q < ND; q++)
         #pragma unroll
         for (int t = 0; t < NT; t++) acc[q][t] = warp_sum(acc[q][t]);
+}
+
+// The staged token's dots (warp_dot_rows_tokens for one token).
+template <int FMT, int ND, bool SCALED>
+__device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, const double* xs, uint4 (*buf)[RING(ND)],
+                                              double* acc) {
+    double a[ND][1];
+    warp_dot_rows_tokens<FMT, ND, 1, SCALED>(rows, cols, xs, 0, buf, a);
+    #pragma unroll
+    for (int q = 0; q < ND; q++) acc[q] = a[q][0];
 }
 
 // The whole-row sequence every decode kernel runs: the rows' first chunks,

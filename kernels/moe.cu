@@ -268,8 +268,10 @@ __device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, cons
     __syncthreads();
     for (int i = blockIdx.x * warps + (threadIdx.x >> 5); i < inter; i += gridDim.x * warps) {
         const RowRef rows[2] = {row_ref<FMT>(w1, i), row_ref<FMT>(w3, i)};
+        uint4 buf[2][RING(2)];
+        first_chunks<FMT, 2>(rows, d, buf);
         double acc[2][EXPERT_GROUP];
-        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, d, xs_dyn, stride, acc);
+        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, d, xs_dyn, stride, buf, acc);
         #pragma unroll
         for (int t = 0; t < EXPERT_GROUP; t++) {
             if (lane == t && t < nt) {
@@ -325,8 +327,10 @@ __device__ __forceinline__ void down_group(const Mat& w2, const float* h, int in
     __syncthreads();
     for (int j0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d; j0 += 2 * gridDim.x * warps) {
         const RowRef rows[2] = {row_ref<FMT>(w2, j0), row_ref<FMT>(w2, min(j0 + 1, d - 1))};
+        uint4 buf[2][RING(2)];
+        first_chunks<FMT, 2>(rows, inter, buf);
         double acc[2][EXPERT_GROUP];
-        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, inter, xs_dyn, stride, acc);
+        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, inter, xs_dyn, stride, buf, acc);
         #pragma unroll
         for (int t = 0; t < EXPERT_GROUP; t++) {
             if (lane == t && t < nt) {
