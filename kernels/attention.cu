@@ -39,25 +39,28 @@ __device__ __forceinline__ void load_row4(const float* row, int hd, int lane, fl
     }
 }
 
-// grid (n, heads), block 512 (ATT_GROUPS warps), dynamic smem
-// max(max_keys * 16, ATT_GROUPS / 2 * hd * 8) bytes: the keys' logits (then
-// weights) and row addresses, reused for the key groups' partial outputs.
-// Every sum has one fixed order: a logit is each lane's products in element
+// Block 512 (ATT_GROUPS warps). Every sum has one fixed order: a logit is each lane's products in element
 // order, then the butterfly; the denominator's terms thread-strided, then
 // block_sum; an output element is each key group's terms in key order, then
 // group g + 8 added to group g, then groups 0..7 in order.
-extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
-                                          const float* __restrict__ local, const float* __restrict__ entries,
-                                          const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
-                                          int window, const float* __restrict__ sinks, int hd, double scale,
-                                          const float* __restrict__ inv_freq, int npairs, int rope_pos0,
-                                          float* __restrict__ out) {
-    await_inputs();
-    extern __shared__ double logits[];  // nk logits, then nk key row addresses
+// The body of attention_rows: HPB heads of one token a block (blockIdx.y *
+// HPB ..), sharing each key row's loads, KEYS keys a warp loading at once;
+// each head's sums in the order above, so the outputs do not depend on HPB.
+// Dynamic smem max(max_keys * (8 * HPB + 8), ATT_GROUPS / 2 * hd * 8)
+// bytes: the heads' logits (then weights) and the key row addresses,
+// reused for one head's partial outputs at a time.
+template <int HPB, int KEYS>
+__device__ __forceinline__ void attention_heads(const float* __restrict__ q, const float* __restrict__ ring,
+                                                int ring_rows, const float* __restrict__ local,
+                                                const float* __restrict__ entries, const int* __restrict__ sel,
+                                                int topk, int mode, int ratio, int t0, int window,
+                                                const float* __restrict__ sinks, int hd, double scale,
+                                                const float* __restrict__ inv_freq, int npairs, int rope_pos0,
+                                                float* __restrict__ out) {
+    extern __shared__ double logits[];  // HPB x nk logits, then nk key row addresses
     __shared__ double red[32];
-    const int t = blockIdx.x, h = blockIdx.y, heads = gridDim.y;
+    const int t = blockIdx.x, h0 = blockIdx.y * HPB, heads = gridDim.y * HPB;
     const int p = t0 + t;
-    const float* qrow = q + ((size_t)t * heads + h) * hd;
     const int first = mode == 3 ? max(0, t0 - window) : max(0, p - window + 1);
     const int nwin = mode == 3 ? t0 - first : p - first + 1;
     int nent = 0;
@@ -66,133 +69,188 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
     else if (mode == 3) nent = topk;
     const int nk = nwin + nent;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const float** keys = (const float**)(logits + nk);
+    const float** keys = (const float**)(logits + HPB * nk);
     for (int j = threadIdx.x; j < nk; j += blockDim.x)
         keys[j] = key_row(j, nwin, first, t0, ring, ring_rows, local, entries, sel, t, topk, mode, hd);
-    double qd[4 * ATT_Q4];
-    {
+    double qd[HPB][4 * ATT_Q4];
+    #pragma unroll
+    for (int hh = 0; hh < HPB; hh++) {
         float4 qv[ATT_Q4];
-        load_row4(qrow, hd, lane, qv);
+        load_row4(q + ((size_t)t * heads + h0 + hh) * hd, hd, lane, qv);
         #pragma unroll
         for (int m = 0; m < ATT_Q4; m++) {
-            qd[4 * m] = qv[m].x;
-            qd[4 * m + 1] = qv[m].y;
-            qd[4 * m + 2] = qv[m].z;
-            qd[4 * m + 3] = qv[m].w;
+            qd[hh][4 * m] = qv[m].x;
+            qd[hh][4 * m + 1] = qv[m].y;
+            qd[hh][4 * m + 2] = qv[m].z;
+            qd[hh][4 * m + 3] = qv[m].w;
         }
     }
     __syncthreads();
-    // logits: each warp ATT_KEYS keys at a time, all their loads issued first
-    for (int j0 = warp; j0 < nk; j0 += ATT_KEYS * ATT_GROUPS) {
-        float4 kv[ATT_KEYS][ATT_Q4];
+    // logits: each warp KEYS keys at a time, all their loads issued first
+    for (int j0 = warp; j0 < nk; j0 += KEYS * ATT_GROUPS) {
+        float4 kv[KEYS][ATT_Q4];
         #pragma unroll
-        for (int u = 0; u < ATT_KEYS; u++) {
+        for (int u = 0; u < KEYS; u++) {
             const int j = j0 + u * ATT_GROUPS;
             load_row4(j < nk ? keys[j] : 0, hd, lane, kv[u]);
         }
-        double s[ATT_KEYS];
+        double s[KEYS][HPB];
         #pragma unroll
-        for (int u = 0; u < ATT_KEYS; u++) {
-            s[u] = 0.0;
+        for (int u = 0; u < KEYS; u++) {
             #pragma unroll
-            for (int m = 0; m < ATT_Q4; m++) {
-                if (128 * m + 4 * lane < hd) {
-                    s[u] = fma(qd[4 * m], (double)kv[u][m].x, s[u]);
-                    s[u] = fma(qd[4 * m + 1], (double)kv[u][m].y, s[u]);
-                    s[u] = fma(qd[4 * m + 2], (double)kv[u][m].z, s[u]);
-                    s[u] = fma(qd[4 * m + 3], (double)kv[u][m].w, s[u]);
+            for (int hh = 0; hh < HPB; hh++) {
+                s[u][hh] = 0.0;
+                #pragma unroll
+                for (int m = 0; m < ATT_Q4; m++) {
+                    if (128 * m + 4 * lane < hd) {
+                        s[u][hh] = fma(qd[hh][4 * m], (double)kv[u][m].x, s[u][hh]);
+                        s[u][hh] = fma(qd[hh][4 * m + 1], (double)kv[u][m].y, s[u][hh]);
+                        s[u][hh] = fma(qd[hh][4 * m + 2], (double)kv[u][m].z, s[u][hh]);
+                        s[u][hh] = fma(qd[hh][4 * m + 3], (double)kv[u][m].w, s[u][hh]);
+                    }
                 }
             }
         }
         #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             #pragma unroll
-            for (int u = 0; u < ATT_KEYS; u++) s[u] += __shfl_xor_sync(0xffffffffu, s[u], o);
+            for (int u = 0; u < KEYS; u++)
+                #pragma unroll
+                for (int hh = 0; hh < HPB; hh++) s[u][hh] += __shfl_xor_sync(0xffffffffu, s[u][hh], o);
         }
         if (lane == 0) {
             #pragma unroll
-            for (int u = 0; u < ATT_KEYS; u++) {
+            for (int u = 0; u < KEYS; u++) {
                 const int j = j0 + u * ATT_GROUPS;
-                if (j < nk) logits[j] = keys[j] ? s[u] * scale : -INFINITY;
+                #pragma unroll
+                for (int hh = 0; hh < HPB; hh++)
+                    if (j < nk) logits[hh * nk + j] = keys[j] ? s[u][hh] * scale : -INFINITY;
             }
         }
     }
     __syncthreads();
-    double mx = (double)sinks[h];
-    for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmax(mx, logits[j]);
-    mx = block_max_d(mx, red);
-    double part = 0.0;
-    for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-        const double e = logits[j] == -INFINITY ? 0.0 : exp(logits[j] - mx);
-        logits[j] = e;
-        part += e;
-    }
-    const double denom = exp((double)sinks[h] - mx) + block_sum(part, red);
-    // out = sum_j p_j k_j: warp g takes keys g, g + 16, ... in order (zero
-    // weights skipped), ATT_KEYS rows loading at once
-    double acc[4 * ATT_Q4];
+    double denom[HPB];
     #pragma unroll
-    for (int e = 0; e < 4 * ATT_Q4; e++) acc[e] = 0.0;
-    for (int j0 = warp; j0 < nk; j0 += ATT_KEYS * ATT_GROUPS) {
-        float4 kv[ATT_KEYS][ATT_Q4];
-        double pj[ATT_KEYS];
+    for (int hh = 0; hh < HPB; hh++) {
+        double* lg = logits + hh * nk;
+        double mx = (double)sinks[h0 + hh];
+        for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmax(mx, lg[j]);
+        mx = block_max_d(mx, red);
+        double part = 0.0;
+        for (int j = threadIdx.x; j < nk; j += blockDim.x) {
+            const double e = lg[j] == -INFINITY ? 0.0 : exp(lg[j] - mx);
+            lg[j] = e;
+            part += e;
+        }
+        denom[hh] = exp((double)sinks[h0 + hh] - mx) + block_sum(part, red);
+    }
+    // out = sum_j p_j k_j: warp g takes keys g, g + 16, ... in order (zero
+    // weights skipped), KEYS rows loading at once
+    double acc[HPB][4 * ATT_Q4];
+    #pragma unroll
+    for (int hh = 0; hh < HPB; hh++)
         #pragma unroll
-        for (int u = 0; u < ATT_KEYS; u++) {
+        for (int e = 0; e < 4 * ATT_Q4; e++) acc[hh][e] = 0.0;
+    for (int j0 = warp; j0 < nk; j0 += KEYS * ATT_GROUPS) {
+        float4 kv[KEYS][ATT_Q4];
+        double pj[KEYS][HPB];
+        #pragma unroll
+        for (int u = 0; u < KEYS; u++) {
             const int j = j0 + u * ATT_GROUPS;
-            pj[u] = j < nk ? logits[j] : 0.0;
-            load_row4(pj[u] != 0.0 ? keys[j] : 0, hd, lane, kv[u]);
+            bool any = false;
+            #pragma unroll
+            for (int hh = 0; hh < HPB; hh++) {
+                pj[u][hh] = j < nk ? logits[hh * nk + j] : 0.0;
+                any = any || pj[u][hh] != 0.0;
+            }
+            load_row4(any ? keys[j] : 0, hd, lane, kv[u]);
         }
         #pragma unroll
-        for (int u = 0; u < ATT_KEYS; u++) {
-            if (pj[u] != 0.0) {
-                #pragma unroll
-                for (int m = 0; m < ATT_Q4; m++) {
-                    acc[4 * m] += pj[u] * (double)kv[u][m].x;
-                    acc[4 * m + 1] += pj[u] * (double)kv[u][m].y;
-                    acc[4 * m + 2] += pj[u] * (double)kv[u][m].z;
-                    acc[4 * m + 3] += pj[u] * (double)kv[u][m].w;
+        for (int u = 0; u < KEYS; u++) {
+            #pragma unroll
+            for (int hh = 0; hh < HPB; hh++) {
+                if (pj[u][hh] != 0.0) {
+                    #pragma unroll
+                    for (int m = 0; m < ATT_Q4; m++) {
+                        acc[hh][4 * m] += pj[u][hh] * (double)kv[u][m].x;
+                        acc[hh][4 * m + 1] += pj[u][hh] * (double)kv[u][m].y;
+                        acc[hh][4 * m + 2] += pj[u][hh] * (double)kv[u][m].z;
+                        acc[hh][4 * m + 3] += pj[u][hh] * (double)kv[u][m].w;
+                    }
                 }
             }
         }
     }
-    // the groups' partials: g + 8 into g, then 0..7 in order (the key
-    // weights and addresses are no longer needed: their memory holds them)
+    // each head in turn: the groups' partials, g + 8 into g, then 0..7 in
+    // order (the key weights and addresses are no longer needed: their
+    // memory holds them)
     double* part_out = logits;  // [ATT_GROUPS / 2][hd]
-    __syncthreads();
     const int half = ATT_GROUPS / 2;
-    if (warp >= half) {
-        #pragma unroll
-        for (int m = 0; m < ATT_Q4; m++) {
-            const int e = 128 * m + 4 * lane;
-            if (e < hd) {
-                #pragma unroll
-                for (int c = 0; c < 4; c++) part_out[(size_t)(warp - half) * hd + e + c] = acc[4 * m + c];
-            }
-        }
-    }
-    __syncthreads();
-    if (warp < half) {
-        #pragma unroll
-        for (int m = 0; m < ATT_Q4; m++) {
-            const int e = 128 * m + 4 * lane;
-            if (e < hd) {
-                #pragma unroll
-                for (int c = 0; c < 4; c++) {
-                    double* r = part_out + (size_t)warp * hd + e + c;
-                    *r = acc[4 * m + c] + *r;
+    #pragma unroll
+    for (int hh = 0; hh < HPB; hh++) {
+        __syncthreads();
+        if (warp >= half) {
+            #pragma unroll
+            for (int m = 0; m < ATT_Q4; m++) {
+                const int e = 128 * m + 4 * lane;
+                if (e < hd) {
+                    #pragma unroll
+                    for (int c = 0; c < 4; c++) part_out[(size_t)(warp - half) * hd + e + c] = acc[hh][4 * m + c];
                 }
             }
         }
+        __syncthreads();
+        if (warp < half) {
+            #pragma unroll
+            for (int m = 0; m < ATT_Q4; m++) {
+                const int e = 128 * m + 4 * lane;
+                if (e < hd) {
+                    #pragma unroll
+                    for (int c = 0; c < 4; c++) {
+                        double* r = part_out + (size_t)warp * hd + e + c;
+                        *r = acc[hh][4 * m + c] + *r;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+        float* orow = out + ((size_t)t * heads + h0 + hh) * hd;
+        for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+            double s = 0.0;
+            for (int g = 0; g < half; g++) s += part_out[(size_t)g * hd + e];
+            orow[e] = (float)(s / denom[hh]);
+        }
+        __syncthreads();  // the row written above, rotated back (rope_rows inverse) in place
+        rope_row(orow + (hd - 2 * npairs), (float)(rope_pos0 + t), inv_freq, npairs, true);
     }
-    __syncthreads();
-    float* orow = out + ((size_t)t * heads + h) * hd;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        double s = 0.0;
-        for (int g = 0; g < half; g++) s += part_out[(size_t)g * hd + e];
-        orow[e] = (float)(s / denom);
-    }
-    __syncthreads();  // the row written above, rotated back (rope_rows inverse) in place
-    rope_row(orow + (hd - 2 * npairs), (float)(rope_pos0 + t), inv_freq, npairs, true);
+}
+
+// One head of one token a block: grid (n, heads), block 512 (ATT_GROUPS
+// warps). Decode, and chunks too short to fill the SMs with attention_rows_h2.
+extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
+                                          const float* __restrict__ local, const float* __restrict__ entries,
+                                          const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
+                                          int window, const float* __restrict__ sinks, int hd, double scale,
+                                          const float* __restrict__ inv_freq, int npairs, int rope_pos0,
+                                          float* __restrict__ out) {
+    await_inputs();
+    attention_heads<1, ATT_KEYS>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd,
+                                 scale, inv_freq, npairs, rope_pos0, out);
+}
+
+// Two heads of one token a block, each key row loaded once for both (the 64
+// heads of DeepSeek-V4 share one key row set, so a prefill reads each
+// token's keys heads / 2 times instead of heads): grid (n, heads / 2),
+// block 512; 2 keys a warp loading at once, for the registers.
+extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
+                                          const float* __restrict__ local, const float* __restrict__ entries,
+                                          const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
+                                          int window, const float* __restrict__ sinks, int hd, double scale,
+                                          const float* __restrict__ inv_freq, int npairs, int rope_pos0,
+                                          float* __restrict__ out) {
+    await_inputs();
+    attention_heads<2, 2>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd, scale,
+                          inv_freq, npairs, rope_pos0, out);
 }
 
 // Append the last rows of a chunk to a ring: rows t with t >= n - ring_rows

@@ -39,6 +39,12 @@ pub(super) const ATTENTION_GROUP_PARTIALS: usize = 8;
 /// HCA layer reaches it at about 375k positions).
 pub(super) const ATTENTION_MAX_KEYS: usize = ((48 << 10) - 32 * 8) / ATTENTION_SMEM_PER_KEY;
 
+/// Keys `attention_rows_h2` (two heads a block, a logit per head) can hold
+/// in the same 48 KiB; with more, the launch takes one head a block.
+const ATTENTION_H2_MAX_KEYS: usize = ((48 << 10) - 32 * 8) / (ATTENTION_SMEM_PER_KEY + 8);
+// DeepSeek-V4-Flash's prefill keys (a window of 128, 512 selected entries) fit
+const _: () = assert!(128 + 512 <= ATTENTION_H2_MAX_KEYS);
+
 impl Dsv4Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
@@ -150,8 +156,13 @@ impl Dsv4Gpu {
         self.mark(si, "attn.core")?;
         let kv_ring = &st.kv.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
-        let smem = (max_keys * ATTENTION_SMEM_PER_KEY).max(ATTENTION_GROUP_PARTIALS * hd * 8);
-        launch!(g, "attention_rows", Gpu::cfg((n as u32, nh as u32, 1), 512, smem as u32);
+        // two heads a block (each key row loaded once for both) where that
+        // still gives every SM two blocks and both heads' logits fit
+        let two = nh % 2 == 0 && n * nh / 2 >= 2 * g.sm_count && max_keys <= ATTENTION_H2_MAX_KEYS;
+        let (kernel, heads_per_block) = if two { ("attention_rows_h2", 2) } else { ("attention_rows", 1) };
+        let per_key = ATTENTION_SMEM_PER_KEY + 8 * (heads_per_block - 1);
+        let smem = (max_keys * per_key).max(ATTENTION_GROUP_PARTIALS * hd * 8);
+        launch!(g, kernel, Gpu::cfg((n as u32, (nh / heads_per_block) as u32, 1), 512, smem as u32);
             sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), rope, npairs,
             pos0, sc.attn.ptr);
@@ -378,6 +389,22 @@ mod tests {
         let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
         let exp = (rng.next_u64() % 61) as i32 - 30;
         sign * rng.uniform() * 2f64.powi(exp)
+    }
+
+    #[test]
+    fn attention_keys_fit_one_and_two_heads_a_block() {
+        // 48 KiB less the 32 static doubles: 16 bytes a key for one head
+        // (a logit and the row's address), 24 for two
+        assert_eq!(super::ATTENTION_MAX_KEYS, 3056);
+        assert_eq!(super::ATTENTION_H2_MAX_KEYS, 2037);
+        // the kernels' head counts: attention_rows one, attention_rows_h2 two
+        let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == "attention.cu").unwrap().1;
+        let body = |entry: &str| {
+            let at = src.find(&format!(" {entry}(")).unwrap();
+            src[at..].split("attention_heads<").nth(1).unwrap().split(',').next().unwrap().to_string()
+        };
+        assert_eq!(body("attention_rows"), "1");
+        assert_eq!(body("attention_rows_h2"), "2");
     }
 
     #[test]
