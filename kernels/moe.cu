@@ -255,7 +255,7 @@ extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npai
 // expert_gate_up_groups: warp w takes rows i = x * warps + w, then i plus
 // the grid's warps, ... of W1 and of W3, and writes each pair's swiglu.
 // grid (blocks, min(ngroups, 65535)), block 512, dynamic smem EXPERT_GROUP
-// staged rows of d (gpu/device.rs `row_smem`).
+// staged rows of d (gpu/device.rs `group_smem`).
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,
                                               int k, const int* tp, int nt, float lim, int inter, float* h) {
