@@ -252,6 +252,27 @@ extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npai
 // kernels', so the outputs do not depend on the kernel.
 #define EXPERT_GROUP 4
 
+// The group's rows staged (token t's row at row(t), the last again past
+// nt), every thread of the block, then the barrier.
+template <int FMT, bool SCALED, class Row>
+__device__ __forceinline__ void stage_group(Row row, int cols, int nt) {
+    const int E = Fmt<FMT>::E;
+    #pragma unroll
+    for (int t = 0; t < EXPERT_GROUP; t++)
+        stage_row<E>(row(min(t, nt - 1)), cols, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
+                     xs_dyn + t * (cols / E * (E + 2)));
+    __syncthreads();
+}
+
+// One warp's dots of two weight rows with the staged group.
+template <int FMT, bool SCALED>
+__device__ __forceinline__ void group_dots(const RowRef (&rows)[2], int cols, double (&acc)[2][EXPERT_GROUP]) {
+    const int E = Fmt<FMT>::E;
+    uint4 buf[2][RING(2)];
+    first_chunks<FMT, 2>(rows, cols, buf);
+    warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, cols, xs_dyn, cols / E * (E + 2), buf, acc);
+}
+
 // expert_gate_up_groups: warp w takes rows i = x * warps + w, then i plus
 // the grid's warps, ... of W1 and of W3, and writes each pair's swiglu.
 // grid (blocks, min(ngroups, 65535)), block 512, dynamic smem EXPERT_GROUP
@@ -259,19 +280,12 @@ extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npai
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,
                                               int k, const int* tp, int nt, float lim, int inter, float* h) {
-    const int E = Fmt<FMT>::E, stride = d / E * (E + 2);
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
-    #pragma unroll
-    for (int t = 0; t < EXPERT_GROUP; t++)
-        stage_row<E>(x + (size_t)(tp[min(t, nt - 1)] / k) * d, d, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
-                     xs_dyn + t * stride);
-    __syncthreads();
+    stage_group<FMT, SCALED>([&](int t) { return x + (size_t)(tp[t] / k) * d; }, d, nt);
     for (int i = blockIdx.x * warps + (threadIdx.x >> 5); i < inter; i += gridDim.x * warps) {
         const RowRef rows[2] = {row_ref<FMT>(w1, i), row_ref<FMT>(w3, i)};
-        uint4 buf[2][RING(2)];
-        first_chunks<FMT, 2>(rows, d, buf);
         double acc[2][EXPERT_GROUP];
-        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, d, xs_dyn, stride, buf, acc);
+        group_dots<FMT, SCALED>(rows, d, acc);
         #pragma unroll
         for (int t = 0; t < EXPERT_GROUP; t++) {
             if (lane == t && t < nt) {
@@ -318,19 +332,12 @@ extern "C" __global__ void __launch_bounds__(512) expert_gate_up_groups(
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void down_group(const Mat& w2, const float* h, int inter, const int* tp, int nt, int d,
                                            float* out) {
-    const int E = Fmt<FMT>::E, stride = inter / E * (E + 2);
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
-    #pragma unroll
-    for (int t = 0; t < EXPERT_GROUP; t++)
-        stage_row<E>(h + (size_t)tp[min(t, nt - 1)] * inter, inter, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
-                     xs_dyn + t * stride);
-    __syncthreads();
+    stage_group<FMT, SCALED>([&](int t) { return h + (size_t)tp[t] * inter; }, inter, nt);
     for (int j0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d; j0 += 2 * gridDim.x * warps) {
         const RowRef rows[2] = {row_ref<FMT>(w2, j0), row_ref<FMT>(w2, min(j0 + 1, d - 1))};
-        uint4 buf[2][RING(2)];
-        first_chunks<FMT, 2>(rows, inter, buf);
         double acc[2][EXPERT_GROUP];
-        warp_dot_rows_tokens<FMT, 2, EXPERT_GROUP, SCALED>(rows, inter, xs_dyn, stride, buf, acc);
+        group_dots<FMT, SCALED>(rows, inter, acc);
         #pragma unroll
         for (int t = 0; t < EXPERT_GROUP; t++) {
             if (lane == t && t < nt) {

@@ -213,15 +213,21 @@ impl Dsv4Gpu {
         // the expert groups' staged rows, where there are enough pairs an
         // expert for groups and their rows fit
         let groups = group_smem(f13, d).zip(group_smem(f2, inter)).filter(|_| npairs >= EXPERT_GROUP_MIN_PAIRS * ne);
+        // the pairs listed by expert into pair_lists (kernels/moe.cu
+        // `moe_group_pairs`), and with a groups buffer (not 0) cut into
+        // groups of up to `per_group` pairs of one expert
+        let list_by_expert = |groups: u64, ngroups: usize, per_group: usize| -> Result<()> {
+            launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (2 * ne * 4) as u32);
+                sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr, groups, ngroups as i32, per_group as i32);
+            Ok(())
+        };
         match (self.opts.moe, groups) {
             (MoeArm::Fused, Some((gu_smem, down_smem))) => {
                 // the pairs listed by expert and cut into groups of one
                 // expert's pairs (kernels/moe.cu `moe_group_pairs`), each
                 // weight decoded once for the group's pairs
                 let ngroups = npairs.div_ceil(EXPERT_GROUP) + ne;
-                launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (2 * ne * 4) as u32);
-                    sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr, sc.expert_groups.ptr, ngroups as i32,
-                    EXPERT_GROUP as i32);
+                list_by_expert(sc.expert_groups.ptr, ngroups, EXPERT_GROUP)?;
                 let grid_y = ngroups.min(u16::MAX as usize) as u32;
                 launch!(g, "expert_gate_up_groups", Gpu::cfg((1, grid_y, 1), EXPERT_GROUP_BLOCK, gu_smem);
                     dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, sc.pair_lists.ptr,
@@ -236,8 +242,7 @@ impl Dsv4Gpu {
                 // that one expert's weights serve its pairs from L2; one
                 // token's pairs as they come
                 let pairs = if n > 1 {
-                    launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (2 * ne * 4) as u32);
-                        sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr, 0u64, 0i32, 0i32);
+                    list_by_expert(0, 0, 0)?;
                     sc.pair_lists.ptr
                 } else {
                     sc.pairs.ptr
