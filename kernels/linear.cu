@@ -255,27 +255,27 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
     linear_any<1>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
 }
 
-// Prefill and chunks, where GROUP_TOKENS staged rows of the matrix's width
-// fit (gpu/device.rs `group_smem`): block (x, y, z) stages tokens
-// y * GROUP_TOKENS .. + GROUP_TOKENS - 1 whole (stage_row's layout; a last
-// group of fewer tokens stages its last again), then its warps walk the
-// rows two at a time - warp w rows 2 * (x * warps + w) and the next, then
-// those plus twice the grid's warps, ... - each weight decoded once for
-// the group's tokens (warp_dot_rows_tokens: the decode kernels' sums).
-// Unlike the 8x8 tiles, the tokens' activations are read once a block,
-// not once for every 8 rows. Group z applies rows row0 + z * nrows .. to
-// the inputs at x + z * x_group and writes y + z * nrows (one group: a
-// plain product of rows row0 .. row0 + nrows - 1). grid (blocks,
-// ceil(n / GROUP_TOKENS), groups), block 512, dynamic smem GROUP_TOKENS
-// staged rows of w.cols.
-template <int FMT, bool SCALED>
+// Prefill and chunks, where NT staged rows of the matrix's width fit
+// (gpu/device.rs `group_smem`; NT is GROUP_TOKENS, or half of it for rows
+// too wide for that many): block (x, y, z) stages tokens y * NT .. + NT - 1
+// whole (stage_row's layout; a last group of fewer tokens stages its last
+// again), then its warps walk the rows two at a time - warp w rows
+// 2 * (x * warps + w) and the next, then those plus twice the grid's
+// warps, ... - each weight decoded once for the group's tokens
+// (warp_dot_rows_tokens: the decode kernels' sums). Unlike the 8x8 tiles,
+// the tokens' activations are read once a block, not once for every 8
+// rows. Group z applies rows row0 + z * nrows .. to the inputs at
+// x + z * x_group and writes y + z * nrows (one group: a plain product of
+// rows row0 .. row0 + nrows - 1). grid (blocks, ceil(n / NT), groups),
+// block 512, dynamic smem NT staged rows of w.cols.
+template <int FMT, bool SCALED, int NT>
 __device__ __forceinline__ void linear_group(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
                                              int n, int row0, int nrows) {
     const int E = Fmt<FMT>::E, stride = w.cols / E * (E + 2);
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
-    const int t0 = blockIdx.y * GROUP_TOKENS, nt = min(GROUP_TOKENS, n - t0);
+    const int t0 = blockIdx.y * NT, nt = min(NT, n - t0);
     #pragma unroll
-    for (int t = 0; t < GROUP_TOKENS; t++)
+    for (int t = 0; t < NT; t++)
         stage_row<E>(x + (size_t)(t0 + min(t, nt - 1)) * x_stride, w.cols, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
                      xs_dyn + t * stride);
     __syncthreads();
@@ -283,10 +283,10 @@ __device__ __forceinline__ void linear_group(const Mat& w, const float* x, int x
         const RowRef rows[2] = {row_ref<FMT>(w, row0 + j0), row_ref<FMT>(w, row0 + min(j0 + 1, nrows - 1))};
         uint4 buf[2][RING(2)];
         first_chunks<FMT, 2>(rows, w.cols, buf);
-        double acc[2][GROUP_TOKENS];
-        warp_dot_rows_tokens<FMT, 2, GROUP_TOKENS, SCALED>(rows, w.cols, xs_dyn, stride, buf, acc);
+        double acc[2][NT];
+        warp_dot_rows_tokens<FMT, 2, NT, SCALED>(rows, w.cols, xs_dyn, stride, buf, acc);
         #pragma unroll
-        for (int t = 0; t < GROUP_TOKENS; t++) {
+        for (int t = 0; t < NT; t++) {
             if (lane == t && t < nt) {
                 #pragma unroll
                 for (int r = 0; r < 2; r++)
@@ -296,27 +296,35 @@ __device__ __forceinline__ void linear_group(const Mat& w, const float* x, int x
     }
 }
 
-template <int FMT>
+template <int FMT, int NT>
 __device__ __forceinline__ void linear_group_fmt(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
                                                  int n, int row0, int nrows) {
-    if (w.scaled) linear_group<FMT, true>(w, x, x_stride, y, y_stride, n, row0, nrows);
-    else linear_group<FMT, false>(w, x, x_stride, y, y_stride, n, row0, nrows);
+    if (w.scaled) linear_group<FMT, true, NT>(w, x, x_stride, y, y_stride, n, row0, nrows);
+    else linear_group<FMT, false, NT>(w, x, x_stride, y, y_stride, n, row0, nrows);
 }
 
+template <int NT>
+__device__ __forceinline__ void linear_group_any(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
+                                                 int n, int row0, int nrows) {
+    switch (w.fmt) {
+        case FMT_BF16: linear_group_fmt<FMT_BF16, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        case FMT_FP8: linear_group_fmt<FMT_FP8, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        case FMT_FP4: linear_group_fmt<FMT_FP4, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+        default: linear_group_fmt<FMT_F32, NT>(w, x, x_stride, y, y_stride, n, row0, nrows); break;
+    }
+}
+
+// tokens: the group's NT, GROUP_TOKENS or GROUP_TOKENS / 2
 extern "C" __global__ void __launch_bounds__(512) linear_groups(Mat w, const float* __restrict__ x, int x_stride,
                                                                 int x_group, float* __restrict__ y, int y_stride,
-                                                                int n, int row0, int nrows) {
+                                                                int n, int row0, int nrows, int tokens) {
     await_inputs();
     const int z = blockIdx.z;
     const float* xz = x + (size_t)z * x_group;
     float* yz = y + (size_t)z * nrows;
     const int r0 = row0 + z * nrows;
-    switch (w.fmt) {
-        case FMT_BF16: linear_group_fmt<FMT_BF16>(w, xz, x_stride, yz, y_stride, n, r0, nrows); break;
-        case FMT_FP8: linear_group_fmt<FMT_FP8>(w, xz, x_stride, yz, y_stride, n, r0, nrows); break;
-        case FMT_FP4: linear_group_fmt<FMT_FP4>(w, xz, x_stride, yz, y_stride, n, r0, nrows); break;
-        default: linear_group_fmt<FMT_F32>(w, xz, x_stride, yz, y_stride, n, r0, nrows); break;
-    }
+    if (tokens == GROUP_TOKENS) linear_group_any<GROUP_TOKENS>(w, xz, x_stride, yz, y_stride, n, r0, nrows);
+    else linear_group_any<GROUP_TOKENS / 2>(w, xz, x_stride, yz, y_stride, n, r0, nrows);
 }
 
 // Decode (one token): the activation row staged whole, each warp NR rows at

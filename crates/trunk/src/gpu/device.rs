@@ -61,11 +61,11 @@ const GROUP_SMEM_MAX: usize = 200 << 10;
 const _: () = assert!(GROUP_SMEM_MAX <= 227 << 10);
 const GROUP_KERNELS: [&str; 3] = ["linear_groups", "expert_gate_up_groups", "expert_down_groups"];
 
-/// Shared bytes of a group's staged rows of `cols` for weights of format
-/// `fmt`, or None above what the group kernels opt in to.
-pub fn group_smem(fmt: i32, cols: usize) -> Option<u32> {
+/// Shared bytes of a group's `tokens` staged rows of `cols` for weights of
+/// format `fmt`, or None above what the group kernels opt in to.
+pub fn group_smem(fmt: i32, cols: usize, tokens: usize) -> Option<u32> {
     let e = chunk_values(fmt);
-    let bytes = GROUP_TOKENS * (cols / e * (e + 2) * 8);
+    let bytes = tokens * (cols / e * (e + 2) * 8);
     (bytes <= GROUP_SMEM_MAX).then_some(bytes as u32)
 }
 
@@ -383,7 +383,8 @@ impl Gpu {
     /// `z` (as `linear_grouped`), by `linear_groups`: [`GROUP_TOKENS`]
     /// tokens staged whole a block, its warps walking the rows. Returns
     /// false (nothing launched) where the staged rows do not fit in shared
-    /// memory (the 8x8 tiles take those).
+    /// memory (the 8x8 tiles take those). Rows too wide for [`GROUP_TOKENS`]
+    /// staged rows (`wo_b`'s 8192 columns) take groups of half as many.
     #[allow(clippy::too_many_arguments)]
     fn groups(
         &self,
@@ -398,10 +399,13 @@ impl Gpu {
         groups: usize,
         nrows: usize,
     ) -> Result<bool> {
-        let Some(smem) = group_smem(w.arg.fmt, w.arg.cols as usize) else {
+        let cols = w.arg.cols as usize;
+        let Some((tokens, smem)) =
+            [GROUP_TOKENS, GROUP_TOKENS / 2].into_iter().find_map(|t| Some((t, group_smem(w.arg.fmt, cols, t)?)))
+        else {
             return Ok(false);
         };
-        let token_groups = n.div_ceil(GROUP_TOKENS);
+        let token_groups = n.div_ceil(tokens);
         if token_groups > u16::MAX as usize {
             return Ok(false); // past the grid's y limit
         }
@@ -411,7 +415,8 @@ impl Gpu {
         let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, nrows.div_ceil(2 * warps));
         let grid = (blocks as u32, token_groups as u32, groups as u32);
         crate::launch!(self, "linear_groups", Gpu::cfg(grid, GROUP_BLOCK, smem);
-            w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
+            w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32,
+            tokens as i32);
         Ok(true)
     }
 
@@ -654,12 +659,14 @@ mod tests {
         assert!(linear.contains(&format!("__launch_bounds__({GROUP_BLOCK}) linear_groups(")));
         assert!(GROUP_KERNELS.iter().all(|k| super::super::nvrtc::KERNELS.contains(k)));
         // DeepSeek-V4-Flash: FP4 experts, 4 staged rows of 4096 (W1, W3) and of 2048 (W2)
-        assert_eq!(group_smem(3, 4096), Some(4 * 128 * 34 * 8));
-        assert_eq!(group_smem(3, 2048), Some(4 * 64 * 34 * 8));
-        // FP8 `wo_b` (8192 columns) too wide: the tiles keep it; the fused
-        // arm keeps the per-pair kernels for experts too wide
-        assert_eq!(group_smem(2, 4096), Some(4 * 256 * 18 * 8));
-        assert_eq!(group_smem(2, 8192), None);
-        assert_eq!(group_smem(0, 8192), None);
+        assert_eq!(group_smem(3, 4096, 4), Some(4 * 128 * 34 * 8));
+        assert_eq!(group_smem(3, 2048, 4), Some(4 * 64 * 34 * 8));
+        // FP8 `wo_b` (8192 columns) too wide for 4 tokens: groups of 2; the
+        // fused arm keeps the per-pair kernels for experts too wide
+        assert_eq!(group_smem(2, 4096, 4), Some(4 * 256 * 18 * 8));
+        assert_eq!(group_smem(2, 8192, 4), None);
+        assert_eq!(group_smem(2, 8192, 2), Some(2 * 512 * 18 * 8));
+        assert_eq!(group_smem(0, 8192, 2), Some(2 * 2048 * 6 * 8));
+        assert_eq!(group_smem(0, 16384, 2), None);
     }
 }

@@ -212,7 +212,9 @@ impl Dsv4Gpu {
         let block = (DECODE_WARPS * 32) as u32;
         // the expert groups' staged rows, where there are enough pairs an
         // expert for groups and their rows fit
-        let groups = group_smem(f13, d).zip(group_smem(f2, inter)).filter(|_| npairs >= EXPERT_GROUP_MIN_PAIRS * ne);
+        let groups = group_smem(f13, d, GROUP_TOKENS)
+            .zip(group_smem(f2, inter, GROUP_TOKENS))
+            .filter(|_| npairs >= EXPERT_GROUP_MIN_PAIRS * ne);
         // the pairs listed by expert into pair_lists (kernels/moe.cu
         // `moe_group_pairs`), and with a groups buffer (not 0) cut into
         // groups of up to `per_group` pairs of one expert
