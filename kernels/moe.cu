@@ -246,10 +246,14 @@ extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npai
 // Prefill experts in groups of GROUP_TOKENS pairs of one expert (a group
 // of moe_group_pairs' list a block, or y, y + gridDim.y, ...): the group's
 // tokens staged whole as the per-pair kernels stage one (stage_row; a
-// group of fewer pairs stages its last again), then each warp takes two
-// weight rows at a time against all of them (warp_dot_rows_tokens), each
-// weight decoded once for the group. Every pair's sums are the per-pair
-// kernels', so the outputs do not depend on the kernel.
+// group of fewer pairs stages its last again), then each warp takes
+// GROUP_ROWS weight rows at a time against all of them
+// (warp_dot_rows_tokens), each weight decoded once for the group and each
+// 16-byte shared load of two staged values feeding GROUP_ROWS x 2
+// multiply-adds (with 2 rows the shared loads bound the kernels). Every
+// pair's sums are the per-pair kernels', so the outputs do not depend on
+// the kernel. Block 256 (8 warps, registers for 4 rows x 4 tokens).
+#define GROUP_ROWS 4
 // The group's rows staged (token t's row at row(t), the last again past
 // nt), every thread of the block, then the barrier.
 template <int FMT, bool SCALED, class Row>
@@ -262,33 +266,39 @@ __device__ __forceinline__ void stage_group(Row row, int cols, int nt) {
     __syncthreads();
 }
 
-// One warp's dots of two weight rows with the staged group.
+// One warp's dots of GROUP_ROWS weight rows with the staged group.
 template <int FMT, bool SCALED>
-__device__ __forceinline__ void group_dots(const RowRef (&rows)[2], int cols, double (&acc)[2][GROUP_TOKENS]) {
+__device__ __forceinline__ void group_dots(const RowRef (&rows)[GROUP_ROWS], int cols,
+                                           double (&acc)[GROUP_ROWS][GROUP_TOKENS]) {
     const int E = Fmt<FMT>::E;
-    uint4 buf[2][RING(2)];
-    first_chunks<FMT, 2>(rows, cols, buf);
-    warp_dot_rows_tokens<FMT, 2, GROUP_TOKENS, SCALED>(rows, cols, xs_dyn, cols / E * (E + 2), buf, acc);
+    uint4 buf[GROUP_ROWS][RING(GROUP_ROWS)];
+    first_chunks<FMT, GROUP_ROWS>(rows, cols, buf);
+    warp_dot_rows_tokens<FMT, GROUP_ROWS, GROUP_TOKENS, SCALED>(rows, cols, xs_dyn, cols / E * (E + 2), buf, acc);
 }
 
-// expert_gate_up_groups: warp w takes rows i = x * warps + w, then i plus
-// the grid's warps, ... of W1 and of W3, and writes each pair's swiglu.
-// grid (blocks, min(ngroups, 65535)), block 512, dynamic smem GROUP_TOKENS
-// staged rows of d (gpu/device.rs `group_smem`).
+// expert_gate_up_groups: warp w takes rows i0 = 2 * (x * warps + w) and
+// i0 + 1 of W1 and of W3, then i0 plus twice the grid's warps, ..., and
+// writes each pair's swiglu. grid (blocks, min(ngroups, 65535)), block
+// 256, dynamic smem GROUP_TOKENS staged rows of d (gpu/device.rs
+// `group_smem`).
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,
                                               int k, const int* tp, int nt, float lim, int inter, float* h) {
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
     stage_group<FMT, SCALED>([&](int t) { return x + (size_t)(tp[t] / k) * d; }, d, nt);
-    for (int i = blockIdx.x * warps + (threadIdx.x >> 5); i < inter; i += gridDim.x * warps) {
-        const RowRef rows[2] = {row_ref<FMT>(w1, i), row_ref<FMT>(w3, i)};
-        double acc[2][GROUP_TOKENS];
+    for (int i0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); i0 < inter; i0 += 2 * gridDim.x * warps) {
+        const int i1 = min(i0 + 1, inter - 1);
+        const RowRef rows[GROUP_ROWS] = {row_ref<FMT>(w1, i0), row_ref<FMT>(w3, i0), row_ref<FMT>(w1, i1),
+                                         row_ref<FMT>(w3, i1)};
+        double acc[GROUP_ROWS][GROUP_TOKENS];
         group_dots<FMT, SCALED>(rows, d, acc);
         #pragma unroll
         for (int t = 0; t < GROUP_TOKENS; t++) {
             if (lane == t && t < nt) {
                 const int pair = tp[t];
-                h[(size_t)pair * inter + i] = swiglu((float)acc[0][t], (float)acc[1][t], lim, wts[pair]);
+                h[(size_t)pair * inter + i0] = swiglu((float)acc[0][t], (float)acc[1][t], lim, wts[pair]);
+                if (i0 + 1 < inter)
+                    h[(size_t)pair * inter + i0 + 1] = swiglu((float)acc[2][t], (float)acc[3][t], lim, wts[pair]);
             }
         }
     }
@@ -302,7 +312,7 @@ __device__ __forceinline__ void gate_up_group_fmt(const Mat& w1, const Mat& w3, 
     else gate_up_group<FMT, false>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h);
 }
 
-extern "C" __global__ void __launch_bounds__(512) expert_gate_up_groups(
+extern "C" __global__ void __launch_bounds__(256) expert_gate_up_groups(
     const Mat* __restrict__ w1s, const Mat* __restrict__ w3s, const float* __restrict__ x, int d,
     const int* __restrict__ idx, const double* __restrict__ wts, int k, const int* __restrict__ pairs,
     const int* __restrict__ groups, int ngroups, float lim, int inter, float* __restrict__ h) {
@@ -323,24 +333,27 @@ extern "C" __global__ void __launch_bounds__(512) expert_gate_up_groups(
     }
 }
 
-// expert_down_groups: warp w takes rows j0 = 2 * (x * warps + w) and
-// j0 + 1 of W2, then j0 plus twice the grid's warps, ... grid (blocks,
-// min(ngroups, 65535)), block 512, dynamic smem GROUP_TOKENS staged rows
-// of inter.
+// expert_down_groups: warp w takes rows j0 = GROUP_ROWS * (x * warps + w)
+// .. j0 + GROUP_ROWS - 1 of W2, then j0 plus GROUP_ROWS times the grid's
+// warps, ... grid (blocks, min(ngroups, 65535)), block 256, dynamic smem
+// GROUP_TOKENS staged rows of inter.
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void down_group(const Mat& w2, const float* h, int inter, const int* tp, int nt, int d,
                                            float* out) {
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
     stage_group<FMT, SCALED>([&](int t) { return h + (size_t)tp[t] * inter; }, inter, nt);
-    for (int j0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d; j0 += 2 * gridDim.x * warps) {
-        const RowRef rows[2] = {row_ref<FMT>(w2, j0), row_ref<FMT>(w2, min(j0 + 1, d - 1))};
-        double acc[2][GROUP_TOKENS];
+    for (int j0 = GROUP_ROWS * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d;
+         j0 += GROUP_ROWS * gridDim.x * warps) {
+        RowRef rows[GROUP_ROWS];
+        #pragma unroll
+        for (int r = 0; r < GROUP_ROWS; r++) rows[r] = row_ref<FMT>(w2, min(j0 + r, d - 1));
+        double acc[GROUP_ROWS][GROUP_TOKENS];
         group_dots<FMT, SCALED>(rows, inter, acc);
         #pragma unroll
         for (int t = 0; t < GROUP_TOKENS; t++) {
             if (lane == t && t < nt) {
                 #pragma unroll
-                for (int r = 0; r < 2; r++)
+                for (int r = 0; r < GROUP_ROWS; r++)
                     if (j0 + r < d) out[(size_t)tp[t] * d + j0 + r] = (float)acc[r][t];
             }
         }
@@ -354,7 +367,7 @@ __device__ __forceinline__ void down_group_fmt(const Mat& w2, const float* h, in
     else down_group<FMT, false>(w2, h, inter, tp, nt, d, out);
 }
 
-extern "C" __global__ void __launch_bounds__(512) expert_down_groups(
+extern "C" __global__ void __launch_bounds__(256) expert_down_groups(
     const Mat* __restrict__ w2s, const float* __restrict__ h, int inter, const int* __restrict__ idx,
     const int* __restrict__ pairs, const int* __restrict__ groups, int ngroups, int d, float* __restrict__ out) {
     await_inputs();
