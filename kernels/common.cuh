@@ -380,6 +380,20 @@ __device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4
 // linear_groups, moe.cu expert_*_groups; gpu/device.rs `GROUP_TOKENS`).
 #define GROUP_TOKENS 4
 
+// A group's NT rows of `cols` staged for scaled-code or dequantized
+// products (token t's row at row(t), the last again past nt; stage_row's
+// layout, token t at xs_dyn + t * (cols / E * (E + 2))), every thread of
+// the block, then the barrier.
+template <int FMT, bool SCALED, int NT, class Row>
+__device__ __forceinline__ void stage_group(Row row, int cols, int nt) {
+    const int E = Fmt<FMT>::E;
+    #pragma unroll
+    for (int t = 0; t < NT; t++)
+        stage_row<E>(row(min(t, nt - 1)), cols, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
+                     xs_dyn + t * (cols / E * (E + 2)));
+    __syncthreads();
+}
+
 // Dots of NT staged tokens (token t's row at xs + t * stride, stage_row's
 // layout) with ND rows (any mix of matrices of one format and width
 // `cols`), by one warp, from the chunks first_chunks loaded: each step

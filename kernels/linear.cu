@@ -274,11 +274,7 @@ __device__ __forceinline__ void linear_group(const Mat& w, const float* x, int x
     const int E = Fmt<FMT>::E, stride = w.cols / E * (E + 2);
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
     const int t0 = blockIdx.y * NT, nt = min(NT, n - t0);
-    #pragma unroll
-    for (int t = 0; t < NT; t++)
-        stage_row<E>(x + (size_t)(t0 + min(t, nt - 1)) * x_stride, w.cols, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
-                     xs_dyn + t * stride);
-    __syncthreads();
+    stage_group<FMT, SCALED, NT>([&](int t) { return x + (size_t)(t0 + t) * x_stride; }, w.cols, nt);
     for (int j0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < nrows; j0 += 2 * gridDim.x * warps) {
         const RowRef rows[2] = {row_ref<FMT>(w, row0 + j0), row_ref<FMT>(w, row0 + min(j0 + 1, nrows - 1))};
         uint4 buf[2][RING(2)];

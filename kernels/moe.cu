@@ -254,18 +254,6 @@ extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npai
 // pair's sums are the per-pair kernels', so the outputs do not depend on
 // the kernel. Block 256 (8 warps, registers for 4 rows x 4 tokens).
 #define GROUP_ROWS 4
-// The group's rows staged (token t's row at row(t), the last again past
-// nt), every thread of the block, then the barrier.
-template <int FMT, bool SCALED, class Row>
-__device__ __forceinline__ void stage_group(Row row, int cols, int nt) {
-    const int E = Fmt<FMT>::E;
-    #pragma unroll
-    for (int t = 0; t < GROUP_TOKENS; t++)
-        stage_row<E>(row(min(t, nt - 1)), cols, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
-                     xs_dyn + t * (cols / E * (E + 2)));
-    __syncthreads();
-}
-
 // One warp's dots of GROUP_ROWS weight rows with the staged group.
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void group_dots(const RowRef (&rows)[GROUP_ROWS], int cols,
@@ -285,7 +273,7 @@ template <int FMT, bool SCALED>
 __device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,
                                               int k, const int* tp, int nt, float lim, int inter, float* h) {
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
-    stage_group<FMT, SCALED>([&](int t) { return x + (size_t)(tp[t] / k) * d; }, d, nt);
+    stage_group<FMT, SCALED, GROUP_TOKENS>([&](int t) { return x + (size_t)(tp[t] / k) * d; }, d, nt);
     for (int i0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); i0 < inter; i0 += 2 * gridDim.x * warps) {
         const int i1 = min(i0 + 1, inter - 1);
         const RowRef rows[GROUP_ROWS] = {row_ref<FMT>(w1, i0), row_ref<FMT>(w3, i0), row_ref<FMT>(w1, i1),
@@ -341,7 +329,7 @@ template <int FMT, bool SCALED>
 __device__ __forceinline__ void down_group(const Mat& w2, const float* h, int inter, const int* tp, int nt, int d,
                                            float* out) {
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
-    stage_group<FMT, SCALED>([&](int t) { return h + (size_t)tp[t] * inter; }, inter, nt);
+    stage_group<FMT, SCALED, GROUP_TOKENS>([&](int t) { return h + (size_t)tp[t] * inter; }, inter, nt);
     for (int j0 = GROUP_ROWS * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d;
          j0 += GROUP_ROWS * gridDim.x * warps) {
         RowRef rows[GROUP_ROWS];
