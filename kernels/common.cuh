@@ -379,6 +379,11 @@ __device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4
 // Tokens the prefill's group kernels stage whole at once (linear.cu
 // linear_groups, moe.cu expert_*_groups; gpu/device.rs `GROUP_TOKENS`).
 #define GROUP_TOKENS 4
+// Weight rows a warp of the group kernels takes at once: each 16-byte shared
+// load of two staged values feeds GROUP_ROWS x 2 multiply-adds per token
+// (with 2 rows the shared loads bound the expert groups); block 256 (8
+// warps), for the registers of 4 rows x 4 tokens.
+#define GROUP_ROWS 4
 
 // A group's NT rows of `cols` staged for scaled-code or dequantized
 // products (token t's row at row(t), the last again past nt; stage_row's

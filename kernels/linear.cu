@@ -259,15 +259,16 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
 // (gpu/device.rs `group_smem`; NT is GROUP_TOKENS, or half of it for rows
 // too wide for that many): block (x, y, z) stages tokens y * NT .. + NT - 1
 // whole (stage_row's layout; a last group of fewer tokens stages its last
-// again), then its warps walk the rows two at a time - warp w rows
-// 2 * (x * warps + w) and the next, then those plus twice the grid's
-// warps, ... - each weight decoded once for the group's tokens
+// again), then its warps walk the rows GROUP_ROWS at a time - warp w rows
+// GROUP_ROWS * (x * warps + w) and the next GROUP_ROWS - 1, then those plus
+// GROUP_ROWS times the grid's warps, ... - each weight decoded once for
+// the group's tokens
 // (warp_dot_rows_tokens: the decode kernels' sums). Unlike the 8x8 tiles,
 // the tokens' activations are read once a block, not once for every 8
 // rows. Group z applies rows row0 + z * nrows .. to the inputs at
 // x + z * x_group and writes y + z * nrows (one group: a plain product of
 // rows row0 .. row0 + nrows - 1). grid (blocks, ceil(n / NT), groups),
-// block 512, dynamic smem NT staged rows of w.cols.
+// block 256, dynamic smem NT staged rows of w.cols.
 template <int FMT, bool SCALED, int NT>
 __device__ __forceinline__ void linear_group(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
                                              int n, int row0, int nrows) {
@@ -275,17 +276,20 @@ __device__ __forceinline__ void linear_group(const Mat& w, const float* x, int x
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
     const int t0 = blockIdx.y * NT, nt = min(NT, n - t0);
     stage_group<FMT, SCALED, NT>([&](int t) { return x + (size_t)(t0 + t) * x_stride; }, w.cols, nt);
-    for (int j0 = 2 * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < nrows; j0 += 2 * gridDim.x * warps) {
-        const RowRef rows[2] = {row_ref<FMT>(w, row0 + j0), row_ref<FMT>(w, row0 + min(j0 + 1, nrows - 1))};
-        uint4 buf[2][RING(2)];
-        first_chunks<FMT, 2>(rows, w.cols, buf);
-        double acc[2][NT];
-        warp_dot_rows_tokens<FMT, 2, NT, SCALED>(rows, w.cols, xs_dyn, stride, buf, acc);
+    for (int j0 = GROUP_ROWS * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < nrows;
+         j0 += GROUP_ROWS * gridDim.x * warps) {
+        RowRef rows[GROUP_ROWS];
+        #pragma unroll
+        for (int r = 0; r < GROUP_ROWS; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
+        uint4 buf[GROUP_ROWS][RING(GROUP_ROWS)];
+        first_chunks<FMT, GROUP_ROWS>(rows, w.cols, buf);
+        double acc[GROUP_ROWS][NT];
+        warp_dot_rows_tokens<FMT, GROUP_ROWS, NT, SCALED>(rows, w.cols, xs_dyn, stride, buf, acc);
         #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (lane == t && t < nt) {
                 #pragma unroll
-                for (int r = 0; r < 2; r++)
+                for (int r = 0; r < GROUP_ROWS; r++)
                     if (j0 + r < nrows) y[(size_t)(t0 + t) * y_stride + j0 + r] = (float)acc[r][t];
             }
         }
@@ -311,7 +315,7 @@ __device__ __forceinline__ void linear_group_any(const Mat& w, const float* x, i
 }
 
 // tokens: the group's NT, GROUP_TOKENS or GROUP_TOKENS / 2
-extern "C" __global__ void __launch_bounds__(512) linear_groups(Mat w, const float* __restrict__ x, int x_stride,
+extern "C" __global__ void __launch_bounds__(256) linear_groups(Mat w, const float* __restrict__ x, int x_stride,
                                                                 int x_group, float* __restrict__ y, int y_stride,
                                                                 int n, int row0, int nrows, int tokens) {
     await_inputs();

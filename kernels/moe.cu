@@ -253,7 +253,6 @@ extern "C" __global__ void moe_group_pairs(const int* __restrict__ idx, int npai
 // multiply-adds (with 2 rows the shared loads bound the kernels). Every
 // pair's sums are the per-pair kernels', so the outputs do not depend on
 // the kernel. Block 256 (8 warps, registers for 4 rows x 4 tokens).
-#define GROUP_ROWS 4
 // One warp's dots of GROUP_ROWS weight rows with the staged group.
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void group_dots(const RowRef (&rows)[GROUP_ROWS], int cols,

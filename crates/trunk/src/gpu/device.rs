@@ -52,13 +52,12 @@ const WHOLE_ROW_KERNELS: [&str; 7] =
 /// Tokens (or pairs of one expert) the prefill's group kernels stage whole
 /// at once (kernels/common.cuh `GROUP_TOKENS`; kernels/linear.cu
 /// `linear_groups`, kernels/moe.cu `expert_gate_up_groups`,
-/// `expert_down_groups`), their blocks (`linear_groups` 16 warps of 2 rows
-/// at once, the expert groups 8 warps of 4 rows, kernels/moe.cu
-/// `GROUP_ROWS`) and the most shared memory they opt in to: the group's
-/// staged rows, one block an SM.
+/// `expert_down_groups`), the weight rows a warp takes at once
+/// (kernels/common.cuh `GROUP_ROWS`), their block (8 warps) and the most
+/// shared memory they opt in to: the group's staged rows, one block an SM.
 pub const GROUP_TOKENS: usize = 4;
-pub const GROUP_BLOCK: u32 = 512;
-pub const EXPERT_GROUP_BLOCK: u32 = 256;
+const GROUP_ROWS: usize = 4;
+pub const GROUP_BLOCK: u32 = 256;
 const GROUP_SMEM_MAX: usize = 200 << 10;
 // a block may take at most 227 KiB on H100/H200
 const _: () = assert!(GROUP_SMEM_MAX <= 227 << 10);
@@ -413,9 +412,9 @@ impl Gpu {
             return Ok(false); // past the grid's y limit
         }
         // one block an SM: enough blocks along the rows for a wave when the
-        // tokens are few, each warp keeping at least two rows
+        // tokens are few, each warp keeping at least GROUP_ROWS rows
         let warps = GROUP_BLOCK as usize / 32;
-        let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, nrows.div_ceil(2 * warps));
+        let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, nrows.div_ceil(GROUP_ROWS * warps));
         let grid = (blocks as u32, token_groups as u32, groups as u32);
         crate::launch!(self, "linear_groups", Gpu::cfg(grid, GROUP_BLOCK, smem);
             w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32,
@@ -657,8 +656,9 @@ mod tests {
         let source = |name: &str| super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap().1;
         assert!(source("common.cuh").contains(&format!("#define GROUP_TOKENS {GROUP_TOKENS}\n")));
         let (moe, linear) = (source("moe.cu"), source("linear.cu"));
-        assert!(moe.contains(&format!("__launch_bounds__({EXPERT_GROUP_BLOCK}) expert_gate_up_groups(")));
-        assert!(moe.contains(&format!("__launch_bounds__({EXPERT_GROUP_BLOCK}) expert_down_groups(")));
+        assert!(source("common.cuh").contains(&format!("#define GROUP_ROWS {GROUP_ROWS}\n")));
+        assert!(moe.contains(&format!("__launch_bounds__({GROUP_BLOCK}) expert_gate_up_groups(")));
+        assert!(moe.contains(&format!("__launch_bounds__({GROUP_BLOCK}) expert_down_groups(")));
         assert!(linear.contains(&format!("__launch_bounds__({GROUP_BLOCK}) linear_groups(")));
         assert!(GROUP_KERNELS.iter().all(|k| super::super::nvrtc::KERNELS.contains(k)));
         // DeepSeek-V4-Flash: FP4 experts, 4 staged rows of 4096 (W1, W3) and of 2048 (W2)

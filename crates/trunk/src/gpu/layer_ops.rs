@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 
-use super::device::{group_smem, row_smem, Gpu, DECODE_WARPS, EXPERT_GROUP_BLOCK, GROUP_TOKENS};
+use super::device::{group_smem, row_smem, Gpu, DECODE_WARPS, GROUP_BLOCK, GROUP_TOKENS};
 use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
@@ -231,11 +231,11 @@ impl Dsv4Gpu {
                 let ngroups = npairs.div_ceil(GROUP_TOKENS) + ne;
                 list_by_expert(sc.expert_groups.ptr, ngroups, GROUP_TOKENS)?;
                 let grid_y = ngroups.min(u16::MAX as usize) as u32;
-                launch!(g, "expert_gate_up_groups", Gpu::cfg((1, grid_y, 1), EXPERT_GROUP_BLOCK, gu_smem);
+                launch!(g, "expert_gate_up_groups", Gpu::cfg((1, grid_y, 1), GROUP_BLOCK, gu_smem);
                     dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, sc.pair_lists.ptr,
                     sc.expert_groups.ptr, ngroups as i32, lim, inter as i32, sc.hmid.ptr);
                 let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
-                launch!(g, "expert_down_groups", Gpu::cfg((1, grid_y, 1), EXPERT_GROUP_BLOCK, down_smem);
+                launch!(g, "expert_down_groups", Gpu::cfg((1, grid_y, 1), GROUP_BLOCK, down_smem);
                     dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pair_lists.ptr, sc.expert_groups.ptr,
                     ngroups as i32, d as i32, sc.slot_out.ptr);
             }
