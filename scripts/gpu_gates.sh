@@ -2,7 +2,7 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: quick gates flash hostcache fixtures park perf prefill kernels spec dspark split deep boundary peer
+# sections: quick gates flash hostcache fixtures park perf prefill prefill_kernels kernels spec dspark split deep boundary peer
 # (default: gates); split, deep and boundary need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
@@ -132,6 +132,21 @@ kernels() { # per-kernel times of one decode step at 1k under Nsight Compute (it
   local NCU=${NCU:-/usr/local/cuda/bin/ncu}
   step "ncu one decode step 1k" sh -c "$NCU --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv --launch-skip 300 --launch-count 300 $M bench roofline --layers 4 --contexts 1024 --prefill 0 --steps 3 > $OUT/ncu_1k.csv"
   awk -v launches=$OUT/kernels_1k.txt -f scripts/ncu_step.awk $OUT/ncu_1k.csv | tee -a "$SUMMARY"
+}
+prefill_kernels() { # Nsight Compute on the prefill's group kernels (layer 0 of a one-layer flash-shape
+  # prefill of 4096; the expert groups' first launches, then linear_groups' first): throughputs,
+  # occupancy and the warps' stall reasons
+  local NCU=${NCU:-/usr/local/cuda/bin/ncu}
+  for k in "expert_gate_up_groups|expert_down_groups 2" "linear_groups 1"; do
+    set -- $k
+    step "ncu prefill $1" sh -c "$NCU --clock-control none --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section WarpStateStats \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+      --kernel-name 'regex:$1' --launch-count $2 \
+      $M bench roofline --layers 1 --contexts 1024 --steps 2 --prefill 4096 --prefill-reps 1 >> $OUT/ncu_prefill_groups.txt"
+  done
+  grep -E '^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|stalled_(short|long)_scoreboard|L1/TEX Cache Throughput|DRAM Throughput' \
+    $OUT/ncu_prefill_groups.txt | tee -a "$SUMMARY"
 }
 prefill() { # prefill 4096 at flash shape (4 layers), against BASE (another memra) if set, and the
   # chunk gate at flash shape with a width whose products and experts take the prefill kernels

@@ -71,6 +71,14 @@ pub fn group_smem(fmt: i32, cols: usize, tokens: usize) -> Option<u32> {
     (bytes <= GROUP_SMEM_MAX).then_some(bytes as u32)
 }
 
+/// The tokens a `linear_groups` block stages for rows of `cols` (format
+/// `fmt`) and their shared bytes: [`GROUP_TOKENS`], or half as many for
+/// rows too wide for that; None where even those do not fit (the 8x8
+/// tiles take the product).
+fn linear_group_tokens(fmt: i32, cols: usize) -> Option<(usize, u32)> {
+    [GROUP_TOKENS, GROUP_TOKENS / 2].into_iter().find_map(|t| Some((t, group_smem(fmt, cols, t)?)))
+}
+
 /// Rows and tokens of a prefill tile, the block of `linear_f32` and
 /// `linear_grouped` (kernels/linear.cu `TILE_ROWS`, `TILE_TOKENS`; 8 warps).
 const TILE_ROWS: usize = 8;
@@ -401,10 +409,7 @@ impl Gpu {
         groups: usize,
         nrows: usize,
     ) -> Result<bool> {
-        let cols = w.arg.cols as usize;
-        let Some((tokens, smem)) =
-            [GROUP_TOKENS, GROUP_TOKENS / 2].into_iter().find_map(|t| Some((t, group_smem(w.arg.fmt, cols, t)?)))
-        else {
+        let Some((tokens, smem)) = linear_group_tokens(w.arg.fmt, w.arg.cols as usize) else {
             return Ok(false);
         };
         let token_groups = n.div_ceil(tokens);
@@ -671,5 +676,9 @@ mod tests {
         assert_eq!(group_smem(2, 8192, 2), Some(2 * 512 * 18 * 8));
         assert_eq!(group_smem(0, 8192, 2), Some(2 * 2048 * 6 * 8));
         assert_eq!(group_smem(0, 16384, 2), None);
+        // the dense products: 4 tokens where they fit, else 2, else the tiles
+        assert_eq!(linear_group_tokens(2, 4096), Some((4, 4 * 256 * 18 * 8)));
+        assert_eq!(linear_group_tokens(2, 8192), Some((2, 2 * 512 * 18 * 8)));
+        assert_eq!(linear_group_tokens(0, 16384), None);
     }
 }
