@@ -39,10 +39,11 @@ __device__ __forceinline__ void load_row4(const float* row, int hd, int lane, fl
     }
 }
 
-// Block 512 (ATT_GROUPS warps). Every sum has one fixed order: a logit is each lane's products in element
-// order, then the butterfly; the denominator's terms thread-strided, then
-// block_sum; an output element is each key group's terms in key order, then
-// group g + 8 added to group g, then groups 0..7 in order.
+// Block 512 (ATT_GROUPS warps). Every sum has one fixed order: a logit is
+// each lane's products in element order, then the butterfly; the
+// denominator's terms thread-strided, then block_sum; an output element is
+// each key group's terms in key order, then group g + 8 added to group g,
+// then groups 0..7 in order.
 // The body of attention_rows: HPB heads of one token a block (blockIdx.y *
 // HPB ..), sharing each key row's loads, KEYS keys a warp loading at once;
 // each head's sums in the order above, so the outputs do not depend on HPB.

@@ -94,6 +94,26 @@ fn tile_smem(fmt: i32) -> u32 {
     (TILE_TOKENS * 32 * ((e + 2) * 8 + e * 4)) as u32
 }
 
+/// The kernel and launch of a tiled product (`kernels`: its one-token and
+/// prefill forms) of `n` tokens through `nrows` rows of format `fmt` in each
+/// of `groups` groups: a tile of 4 rows and one token for decode, of
+/// [`TILE_ROWS`] x [`TILE_TOKENS`] otherwise; the same sums either way.
+fn tile_launch(
+    kernels: [&'static str; 2],
+    fmt: i32,
+    n: usize,
+    nrows: usize,
+    groups: usize,
+) -> (&'static str, LaunchConfig) {
+    let (kernel, rows, tokens, block, smem) = if n == 1 {
+        (kernels[0], 4, 1, 128, 0)
+    } else {
+        (kernels[1], TILE_ROWS, TILE_TOKENS, TILE_BLOCK, tile_smem(fmt))
+    };
+    let grid = (nrows.div_ceil(rows) as u32, n.div_ceil(tokens) as u32, groups as u32);
+    (kernel, Gpu::cfg(grid, block, smem))
+}
+
 /// Shared bytes a decode kernel needs to stage one whole activation row of
 /// `cols` for weights of format `fmt` (kernels/common.cuh `stage_row`:
 /// f64 values, two padding values per chunk), or None above [`ROW_SMEM_MAX`].
@@ -322,14 +342,8 @@ impl Gpu {
         if n > 1 && self.groups(w, x, x_stride, 0, y, y_stride, n, row0, 1, nrows)? {
             return Ok(());
         }
-        // a tile of one token for decode, eight otherwise; the same sums either way
-        let (kernel, rows, tokens, block, smem) = if n == 1 {
-            ("linear_f32_t1", 4, 1, 128, 0)
-        } else {
-            ("linear_f32", TILE_ROWS, TILE_TOKENS, TILE_BLOCK, tile_smem(w.arg.fmt))
-        };
-        let grid = (nrows.div_ceil(rows) as u32, n.div_ceil(tokens) as u32, 1);
-        crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
+        let (kernel, cfg) = tile_launch(["linear_f32_t1", "linear_f32"], w.arg.fmt, n, nrows, 1);
+        crate::launch!(self, kernel, cfg;
             w.arg, x, x_stride as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
         Ok(())
     }
@@ -357,13 +371,8 @@ impl Gpu {
         if n > 1 && self.groups(w, x, x_stride, x_group, y, y_stride, n, 0, groups, rows_per_group)? {
             return Ok(());
         }
-        let (kernel, rows, tokens, block, smem) = if n == 1 {
-            ("linear_grouped_t1", 4, 1, 128, 0)
-        } else {
-            ("linear_grouped", TILE_ROWS, TILE_TOKENS, TILE_BLOCK, tile_smem(w.arg.fmt))
-        };
-        let grid = (rows_per_group.div_ceil(rows) as u32, n.div_ceil(tokens) as u32, groups as u32);
-        crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
+        let (kernel, cfg) = tile_launch(["linear_grouped_t1", "linear_grouped"], w.arg.fmt, n, rows_per_group, groups);
+        crate::launch!(self, kernel, cfg;
             w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, rows_per_group as i32);
         Ok(())
     }
@@ -654,6 +663,11 @@ mod tests {
         // every format fits under the opt-in that both tile kernels take
         assert!((0..4).all(|f| tile_smem(f) as usize <= ROW_SMEM_MAX));
         assert!(["linear_f32", "linear_grouped"].iter().all(|k| WHOLE_ROW_KERNELS.contains(k)));
+        // decode: 4 rows a block of 128; prefill: 8x8 tiles of 256 with the window's bytes
+        let (k, c) = tile_launch(["one", "tiles"], 2, 1, 10, 3);
+        assert_eq!((k, c.grid_dim, c.block_dim.0, c.shared_mem_bytes), ("one", (3, 1, 3), 128, 0));
+        let (k, c) = tile_launch(["one", "tiles"], 2, 17, 10, 1);
+        assert_eq!((k, c.grid_dim, c.block_dim.0, c.shared_mem_bytes), ("tiles", (2, 3, 1), 256, tile_smem(2)));
     }
 
     #[test]
