@@ -105,6 +105,7 @@ quick() { # the short check after a kernel change (~2 min): exactness on the sma
     step "chunks small $v" $M gate chunks /tmp/m/small --variant $v --prompt-len 160 --out $OUT/chunks_small_$v.json
   done
   step "chunks tiny exact 0,0" $M gate chunks /tmp/m/tiny --variant exact --prompt-len 160 --devices 0,0
+  step "chunks small exact FAULT stale-step" $M gate chunks /tmp/m/small --variant exact --prompt-len 160 --inject-fault stale-step
   step "bank tiny exact" $M bank --model /tmp/m/tiny --prompt-len 32 --n 160 --variant exact --out /tmp/m/bank_tiny_exact.json
   step "tf tiny exact" $M gate tf /tmp/m/tiny /tmp/m/bank_tiny_exact.json $OUT/tf_tiny_exact
   step "tf tiny exact FAULT drop-shared" $M gate tf /tmp/m/tiny /tmp/m/bank_tiny_exact.json $OUT/tf_fault1 --inject-fault drop-shared:2

@@ -32,6 +32,10 @@ pub struct ChunkReport {
     pub monolithic_out_of_band: usize,
     /// Fused and per-expert MoE arms give the same logits bits.
     pub moe_arms_bit_identical: bool,
+    /// Greedy decode steps (`decode_step_greedy`: a CUDA graph a step on
+    /// one device) fed the same tokens return the argmax of the decode
+    /// logits at every position and leave the same cache bits.
+    pub greedy_steps_identical: bool,
     pub pass: bool,
 }
 
@@ -84,6 +88,10 @@ pub fn check_chunks(gpu: &mut Dsv4Gpu, tokens: &[u32], widths: &[usize], c_sum: 
         same &= dec.logits_sha256 == r.logits_sha256 && dec.cache_sha256 == r.cache_sha256;
     }
     runs.push(dec);
+    // token by token through decode_step_greedy
+    let mut st = gpu.alloc_decode_state_for_transient(n, 1)?;
+    let greedy = tokens.iter().map(|&t| gpu.decode_step_greedy(&mut st, t)).collect::<Result<Vec<u32>>>()?;
+    let greedy_same = greedy_agrees(&greedy, &dl, v) && cache_sha(gpu, &st)? == runs[runs.len() - 1].cache_sha256;
     let reference = reference.unwrap_or(dl);
 
     // monolithic prefill of all but the last 16, then 16 decode steps
@@ -132,6 +140,29 @@ pub fn check_chunks(gpu: &mut Dsv4Gpu, tokens: &[u32], widths: &[usize], c_sum: 
         monolithic_disagreements: dis,
         monolithic_out_of_band: oob,
         moe_arms_bit_identical: arms_same,
-        pass: same && oob == 0 && arms_same,
+        greedy_steps_identical: greedy_same,
+        pass: same && oob == 0 && arms_same && greedy_same,
     })
+}
+
+/// Whether `ids` are, position by position, the argmax of the rows of
+/// `logits` (rows of `vocab`), as many as there are rows.
+pub fn greedy_agrees(ids: &[u32], logits: &[f32], vocab: usize) -> bool {
+    ids.len() * vocab == logits.len() && ids.iter().zip(logits.chunks(vocab)).all(|(&id, row)| id == argmax(row))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_ids_must_be_each_rows_argmax() {
+        let logits = [0.1f32, 0.9, 0.3, /* row 2 */ 2.0, -1.0, 2.0];
+        assert!(greedy_agrees(&[1, 0], &logits, 3)); // a tie goes to the lower id
+        assert!(!greedy_agrees(&[1, 2], &logits, 3));
+        assert!(!greedy_agrees(&[2, 0], &logits, 3));
+        // one id short or one too many
+        assert!(!greedy_agrees(&[1], &logits, 3));
+        assert!(!greedy_agrees(&[1, 0, 0], &logits, 3));
+    }
 }

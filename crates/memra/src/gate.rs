@@ -17,7 +17,7 @@ use trunk::model::{open_model, LoadedModel};
 use trunk::weights::ExpertArm;
 
 const GATE_HELP: &str = "memra gate tf <model> <bank.json> <out-dir> [--devices 0,1] [--experts native|bf16]
-                [--moe fused|per-expert] [--prefill-chunk N] [--inject-fault drop-shared:L|shift-rope:L]
+                [--moe fused|per-expert] [--prefill-chunk N] [--inject-fault drop-shared:L|shift-rope:L|stale-step]
 memra gate chunks <model> [--tokens FILE | --prompt-len N] [--widths 1,7,32,64] [--devices D]
                 [--variant exact|fp8] [--experts A] [--out FILE]
 memra gate compare <model> [--tokens FILE | --prompt-len N] [--devices D] [--variant V] [--experts A]
@@ -176,7 +176,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
                 write_json(&o, &rep)?;
             }
             println!(
-                "chunk gate [{variant} devices {:?}] {}: {} tokens, widths {:?} + decode bit-identical {}, monolithic identical {} (max rel {:.2e}, {} disagreements, {} out of band), MoE arms identical {} -> {}",
+                "chunk gate [{variant} devices {:?}] {}: {} tokens, widths {:?} + decode bit-identical {}, monolithic identical {} (max rel {:.2e}, {} disagreements, {} out of band), MoE arms identical {}, greedy steps identical {} -> {}",
                 gpu.devices(),
                 model.label,
                 rep.tokens,
@@ -187,6 +187,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
                 rep.monolithic_disagreements,
                 rep.monolithic_out_of_band,
                 rep.moe_arms_bit_identical,
+                rep.greedy_steps_identical,
                 if rep.pass { "PASS" } else { "FAIL" }
             );
             if !rep.pass {

@@ -12,6 +12,7 @@ use anyhow::{bail, Context, Result};
 use kvstate::StateStore;
 
 use super::device::{Buf, Gpu};
+use super::graph::{StepGraphs, StepKey};
 use super::profile::ProfileCell;
 use super::state::{hc_slices, GpuState, ScratchDims, HC_SLICE};
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
@@ -30,17 +31,23 @@ pub enum Fault {
     DropSharedExpert { layer: usize },
     /// Rotate one layer's queries and keys one position too far.
     ShiftRope { layer: usize },
+    /// Record each greedy decode step's graph with the arguments of the
+    /// position before its own.
+    StaleStep,
 }
 
 impl std::str::FromStr for Fault {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
-        let (kind, layer) = s.split_once(':').context("fault is KIND:LAYER (drop-shared:L or shift-rope:L)")?;
+        if s == "stale-step" {
+            return Ok(Fault::StaleStep);
+        }
+        let (kind, layer) = s.split_once(':').context("fault is drop-shared:LAYER, shift-rope:LAYER or stale-step")?;
         let layer: usize = layer.parse().context("fault layer")?;
         match kind {
             "drop-shared" => Ok(Fault::DropSharedExpert { layer }),
             "shift-rope" => Ok(Fault::ShiftRope { layer }),
-            _ => bail!("unknown fault `{kind}` (drop-shared or shift-rope)"),
+            _ => bail!("unknown fault `{kind}` (drop-shared:LAYER, shift-rope:LAYER or stale-step)"),
         }
     }
 }
@@ -56,6 +63,25 @@ pub struct GpuOptions {
 struct Capture<'a> {
     out: &'a mut Vec<Vec<f32>>,
     layers: Option<&'a [usize]>,
+}
+
+/// Where a forward's token ids come from.
+#[derive(Clone, Copy)]
+enum TokenSource<'a> {
+    /// Host values, written to the first stage's scratch (and each later
+    /// stage's) before the embedding.
+    Host(&'a [i32]),
+    /// One id at a device address (a captured step's input word).
+    Device(u64),
+}
+
+impl TokenSource<'_> {
+    fn len(&self) -> usize {
+        match self {
+            TokenSource::Host(t) => t.len(),
+            TokenSource::Device(_) => 1,
+        }
+    }
 }
 
 /// What a forward does with the state.
@@ -94,7 +120,13 @@ pub struct Dsv4Gpu {
     pub boundary_direct: Vec<bool>,
     /// Per-op device timing (off unless a benchmark turns it on).
     pub profile: ProfileCell,
+    /// This realization among those the process has loaded (a recorded
+    /// decode step belongs to one).
+    id: u64,
 }
+
+/// Realizations loaded so far (`Dsv4Gpu::id`).
+static LOADED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Per-device memory use.
 #[derive(Clone, Debug)]
@@ -215,6 +247,7 @@ impl Dsv4Gpu {
             layer_stage,
             boundary_direct,
             profile: ProfileCell::default(),
+            id: LOADED.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
@@ -366,7 +399,7 @@ impl Dsv4Gpu {
         for s in &self.stages {
             s.gpu.sync()?;
         }
-        Ok(GpuState { kv, scratch, scratch_elements: scratch_elems * self.stages.len() })
+        Ok(GpuState { kv, scratch, scratch_elements: scratch_elems * self.stages.len(), graphs: None })
     }
 
     fn class_stage(&self, class: usize) -> usize {
@@ -414,9 +447,77 @@ impl Dsv4Gpu {
         self.forward(st, &[token], Logits::All)
     }
 
-    /// One token; returns the argmax of its logits (computed on the device).
+    /// One token; returns the argmax of its logits (computed on the
+    /// device). On one stage, with the fused MoE arm and the profiler off,
+    /// the step is a CUDA graph recorded while the step before it ran
+    /// (gpu/graph.rs); the first step of a state, and every step elsewhere,
+    /// launches its kernels one by one. Both run the same kernels with the
+    /// same arguments.
     pub fn decode_step_greedy(&self, st: &mut GpuState, token: u32) -> Result<u32> {
-        self.run(st, &[token], Logits::Last, true, None, Pass::Commit).map(|(_, a)| a[0] as u32)
+        if !self.graphed_steps() {
+            return self.run(st, &[token], Logits::Last, true, None, Pass::Commit).map(|(_, a)| a[0] as u32);
+        }
+        self.check_tokens(st, &[token], Pass::Commit)?;
+        let g = self.stages[0].gpu.clone();
+        let mut graphs = match st.graphs.take() {
+            Some(graphs) => graphs,
+            None => StepGraphs::new(&g)?,
+        };
+        let out = self.graphed_step(st, &mut graphs, &g, token);
+        st.graphs = Some(graphs);
+        out
+    }
+
+    /// Whether greedy decode steps run as graphs (see `decode_step_greedy`):
+    /// the per-expert arm reads the routing back to the host within the
+    /// step, the profiler records events between its ops, and the stage
+    /// crossings are left to the stream path.
+    fn graphed_steps(&self) -> bool {
+        self.stages.len() == 1 && self.opts.moe == MoeArm::Fused && !self.profile.enabled()
+    }
+
+    /// What a recorded step's arguments depend on (gpu/graph.rs `StepKey`).
+    fn step_key(&self, st: &GpuState) -> StepKey {
+        StepKey {
+            model: self.id,
+            options: format!("{:?}", self.opts),
+            positions: st.positions(),
+            written: (0..st.layout().classes.len()).map(|c| st.written(c)).collect(),
+        }
+    }
+
+    /// A greedy step: the recorded graph for this position if there is one
+    /// (else the launches one by one), then the next position's step
+    /// recorded while this one runs, then its token.
+    fn graphed_step(&self, st: &mut GpuState, graphs: &mut StepGraphs, g: &Gpu, token: u32) -> Result<u32> {
+        let t0 = st.positions();
+        let streamed = match graphs.take(&self.step_key(st)) {
+            Some(id) => {
+                graphs.set_token(token as i32);
+                graphs.launch(id, &g.stream)?;
+                self.advance(st, t0, 1);
+                None
+            }
+            None => Some(self.run(st, &[token], Logits::Last, true, None, Pass::Commit)?.1[0] as u32),
+        };
+        if st.positions() < st.capacity() {
+            let (key, mut t1) = (self.step_key(st), st.positions());
+            if self.opts.fault == Some(Fault::StaleStep) {
+                t1 = t1.saturating_sub(1);
+            }
+            let (token_in, head_row, token_out) = (graphs.token_in(), graphs.head_row(), graphs.token_out());
+            graphs.record(&g.stream, key, || {
+                self.layers(st, TokenSource::Device(token_in), t1, None, Pass::Commit)?;
+                self.head_rows(&st.scratch[0], head_row, 1, Some(token_out))
+            })?;
+        }
+        match streamed {
+            Some(t) => Ok(t),
+            None => {
+                g.sync()?;
+                Ok(graphs.token() as u32)
+            }
+        }
     }
 
     /// A drafter's block pass over a window-only stack (DSpark's stages):
@@ -443,7 +544,7 @@ impl Dsv4Gpu {
         let rows: Vec<i32> = (0..n as i32).collect();
         g.write(&mut st.scratch[si].head_rows, &rows)?;
         let sc = &st.scratch[si];
-        self.hc_head(g, sc, hcw, n)?;
+        self.hc_head(g, sc, hcw, sc.head_rows.ptr, n)?;
         let collapsed = g.download(&sc.hy, n * d)?;
         self.norm(g, sc.hy.ptr, stage.norm.as_ref().expect("the last stage holds the final norm").ptr, n, d)?;
         self.lin(g, stage.head.as_ref().expect("the last stage holds the head"), sc.hy.ptr, sc.logits.ptr, n)?;
@@ -543,11 +644,30 @@ impl Dsv4Gpu {
         tokens: &[u32],
         which: Logits,
         greedy: bool,
-        mut capture: Option<Capture>,
+        capture: Option<Capture>,
         pass: Pass,
     ) -> Result<(Vec<f32>, Vec<i32>)> {
         let n = tokens.len();
         let t0 = st.positions();
+        self.check_tokens(st, tokens, pass)?;
+        let toks: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        self.layers(st, TokenSource::Host(&toks), t0, capture, pass)?;
+        if pass == Pass::Block {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        self.advance(st, t0, n);
+        let out = self.head(st, n, which, greedy)?;
+        for si in 0..self.stages.len() {
+            self.mark(si, "end")?;
+        }
+        Ok(out)
+    }
+
+    /// Refuse a chunk the state cannot take: empty, wider than its
+    /// scratch, past its capacity (a committing pass), or with a token
+    /// outside the vocabulary.
+    fn check_tokens(&self, st: &GpuState, tokens: &[u32], pass: Pass) -> Result<()> {
+        let (n, t0) = (tokens.len(), st.positions());
         if n == 0 {
             bail!("no tokens");
         }
@@ -561,16 +681,41 @@ impl Dsv4Gpu {
         if let Some(&t) = tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
             bail!("token id {t} is outside the vocabulary ({})", self.config.vocab_size);
         }
-        let toks: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        Ok(())
+    }
+
+    /// Enqueue the embedding and every stage's layers for the chunk at
+    /// positions `t0 ..` (its width from `tokens`); with `capture`, copy
+    /// the residual streams out after the layers it names.
+    fn layers(
+        &self,
+        st: &mut GpuState,
+        tokens: TokenSource,
+        t0: usize,
+        mut capture: Option<Capture>,
+        pass: Pass,
+    ) -> Result<()> {
+        let n = tokens.len();
         for (si, stage) in self.stages.iter().enumerate() {
             let g = &stage.gpu;
+            // where this stage's kernels read the token ids (the embedding, hash routing)
+            let ids;
             if si == 0 {
                 self.mark(0, "embed")?;
                 let sc = &mut st.scratch[0];
-                g.write(&mut sc.tokens, &toks)?;
+                ids = match tokens {
+                    TokenSource::Host(toks) => {
+                        g.write(&mut sc.tokens, toks)?;
+                        sc.tokens.ptr
+                    }
+                    TokenSource::Device(addr) => addr,
+                };
                 let e = stage.embed.as_ref().unwrap();
-                launch!(g, "embed_rows", Gpu::cfg((n as u32, self.config.hc_mult as u32, 1), 256, 0); e.arg, sc.tokens.ptr, sc.x.ptr);
+                launch!(g, "embed_rows", Gpu::cfg((n as u32, self.config.hc_mult as u32, 1), 256, 0); e.arg, ids, sc.x.ptr);
             } else {
+                let TokenSource::Host(toks) = tokens else {
+                    bail!("tokens read from device memory feed one stage only");
+                };
                 // residual streams cross the boundary (the profile's `stage wait` is
                 // this stage idling until the previous one is done, not a cost)
                 self.mark(si, "stage wait")?;
@@ -580,7 +725,8 @@ impl Dsv4Gpu {
                 g.stream.wait(&ev).map_err(|e| anyhow::anyhow!("{e}"))?;
                 self.mark(si, "boundary")?;
                 let (src, dst) = (st.scratch[si - 1].x.ptr, st.scratch[si].x.ptr);
-                g.write(&mut st.scratch[si].tokens, &toks)?;
+                g.write(&mut st.scratch[si].tokens, toks)?;
+                ids = st.scratch[si].tokens.ptr;
                 g.bind()?;
                 // SAFETY: both buffers hold at least `bytes`; ordered after the previous stage by the event.
                 unsafe {
@@ -598,7 +744,7 @@ impl Dsv4Gpu {
                 })?;
             }
             for (k, l) in stage.layers.clone().enumerate() {
-                self.layer(st, si, l, &stage.dev[k], n, t0, pass)?;
+                self.layer(st, si, l, &stage.dev[k], ids, n, t0, pass)?;
                 if let Some(Capture { out: c, layers: only }) = capture.as_mut() {
                     if only.is_none_or(|o| o.contains(&l)) {
                         c.push(g.download(&st.scratch[si].x, n * self.config.hc_mult * self.config.hidden_size)?);
@@ -612,10 +758,12 @@ impl Dsv4Gpu {
                 self.mark(si, "stage idle")?;
             }
         }
-        if pass == Pass::Block {
-            return Ok((Vec::new(), Vec::new()));
-        }
-        // state bookkeeping (host side)
+        Ok(())
+    }
+
+    /// The host's side of committing `n` tokens at `t0`: every class's
+    /// written rows and the state's positions.
+    fn advance(&self, st: &mut GpuState, t0: usize, n: usize) {
         for (l, lc) in self.state_layout.layers.iter().enumerate() {
             st.kv.advance(lc.kv, n as u64);
             let ratio = self.config.compress_ratio(l);
@@ -630,11 +778,6 @@ impl Dsv4Gpu {
             }
         }
         st.set_positions(t0 + n);
-        let out = self.head(st, n, which, greedy)?;
-        for si in 0..self.stages.len() {
-            self.mark(si, "end")?;
-        }
-        Ok(out)
     }
 
     /// Start of op `label` on stage `si` (for the profiler).
@@ -654,16 +797,17 @@ impl Dsv4Gpu {
         g.lin(w, x, y, n)
     }
 
-    /// The head rows `sc.head_rows[..n]` of the streams collapsed into
-    /// `sc.hy` (their mixes by `hc_mix_rows`, then `hc_head`).
-    pub(super) fn hc_head(&self, g: &Gpu, sc: &super::state::Scratch, hcw: &DevHc, n: usize) -> Result<()> {
+    /// The head rows (`n` indices at the device address `rows`) of the
+    /// streams collapsed into `sc.hy` (their mixes by `hc_mix_rows`, then
+    /// `hc_head`).
+    pub(super) fn hc_head(&self, g: &Gpu, sc: &super::state::Scratch, hcw: &DevHc, rows: u64, n: usize) -> Result<()> {
         let c = &self.config;
         let (hc, d, eps) = (c.hc_mult, c.hidden_size, c.rms_norm_eps as f32);
         let slices = hc_slices(hc, d);
         launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, slices as u32, 1), HC_SLICE as u32, 0);
-            sc.x.ptr, sc.head_rows.ptr, hcw.fn_.ptr, (hc * d) as i32, hc as i32, sc.head_mix.ptr);
+            sc.x.ptr, rows, hcw.fn_.ptr, (hc * d) as i32, hc as i32, sc.head_mix.ptr);
         launch!(g, "hc_head", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
-            sc.x.ptr, sc.head_rows.ptr, sc.head_mix.ptr, slices as i32, (hc * d) as i32, eps, hcw.base.ptr,
+            sc.x.ptr, rows, sc.head_mix.ptr, slices as i32, (hc * d) as i32, eps, hcw.base.ptr,
             hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, sc.hy.ptr);
         Ok(())
     }
@@ -712,6 +856,7 @@ impl Dsv4Gpu {
         si: usize,
         l: usize,
         dl: &DevLayer,
+        ids: u64,
         n: usize,
         t0: usize,
         pass: Pass,
@@ -732,7 +877,7 @@ impl Dsv4Gpu {
         // ffn site
         self.hc_pre(g, &dl.hc_ffn, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.norm(g, sc.h.ptr, dl.ffn_norm.ptr, n, d)?;
-        self.moe(st, si, dl, n)?;
+        self.moe(st, si, dl, ids, n)?;
         let sc = &st.scratch[si];
         self.mark(si, "hc")?;
         let skip = matches!(self.opts.fault, Some(Fault::DropSharedExpert { layer }) if layer == l);

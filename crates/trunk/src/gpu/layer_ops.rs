@@ -180,7 +180,9 @@ impl Dsv4Gpu {
         Ok(())
     }
 
-    pub(super) fn moe(&self, st: &mut GpuState, si: usize, dl: &DevLayer, n: usize) -> Result<()> {
+    /// The MoE of `n` tokens (their ids at `ids`, a device address, for
+    /// the hash-routed layers).
+    pub(super) fn moe(&self, st: &mut GpuState, si: usize, dl: &DevLayer, ids: u64, n: usize) -> Result<()> {
         let c = &self.config;
         let g: &Gpu = &self.stages[si].gpu;
         let sc = &st.scratch[si];
@@ -195,7 +197,7 @@ impl Dsv4Gpu {
         };
         launch!(g, "moe_route", Gpu::cfg((n as u32, 1, 1), 256, (ne * 8) as u32);
             sc.rlogits.ptr, ne as i32, k as i32, dl.bias.as_ref().map_or(0, |b| b.ptr),
-            dl.tid2eid.as_ref().map_or(0, |b| b.ptr), sc.tokens.ptr, func, c.norm_topk_prob as i32,
+            dl.tid2eid.as_ref().map_or(0, |b| b.ptr), ids, func, c.norm_topk_prob as i32,
             c.routed_scaling_factor as f32, sc.ridx.ptr, sc.rwts.ptr);
         self.mark(si, "moe.experts")?;
         let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
@@ -310,15 +312,12 @@ impl Dsv4Gpu {
         let si = st.scratch.len() - 1;
         let stage = &self.stages[si];
         let g = &stage.gpu;
-        let head = stage.head.as_ref().expect("the last stage holds the head");
-        let norm = stage.norm.as_ref().expect("the last stage holds the final norm").ptr;
-        let hcw = stage.hc_head.as_ref().expect("the last stage holds hc_head");
         let rows: Vec<i32> = match which {
             Logits::All => (0..n as i32).collect(),
             Logits::Last => vec![n as i32 - 1],
             Logits::None => vec![],
         };
-        let (d, v) = (c.hidden_size, c.vocab_size);
+        let v = c.vocab_size;
         self.mark(si, "head")?;
         let mut logits = Vec::new();
         let mut arg = Vec::new();
@@ -326,14 +325,9 @@ impl Dsv4Gpu {
             let cnt = chunk.len();
             g.write(&mut st.scratch[si].head_rows, chunk)?;
             let sc = &st.scratch[si];
-            self.hc_head(g, sc, hcw, cnt)?;
-            self.norm(g, sc.hy.ptr, norm, cnt, d)?;
-            self.lin(g, head, sc.hy.ptr, sc.logits.ptr, cnt)?;
+            let argmax = greedy.then_some(sc.argmax.ptr);
+            self.head_rows(sc, sc.head_rows.ptr, cnt, argmax)?;
             if greedy {
-                launch!(g, "argmax_slices", Gpu::cfg((cnt as u32, ARGMAX_SLICES as u32, 1), 256, 0);
-                    sc.logits.ptr, v as i32, sc.argmax_v.ptr, sc.argmax_i.ptr);
-                launch!(g, "argmax_rows", Gpu::cfg((cnt as u32, 1, 1), ARGMAX_SLICES as u32, 0);
-                    sc.argmax_v.ptr, sc.argmax_i.ptr, sc.argmax.ptr);
                 arg.extend(g.download(&sc.argmax, cnt)?);
             } else {
                 logits.extend(g.download(&sc.logits, cnt * v)?);
@@ -343,6 +337,34 @@ impl Dsv4Gpu {
             s.gpu.sync()?;
         }
         Ok((logits, arg))
+    }
+
+    /// Enqueue the logits of `cnt` head rows (their indices at `rows`, a
+    /// device address) on the last stage: the streams collapsed, the final
+    /// norm, the head; with `argmax` (a device address), each row's
+    /// greedy token written there too.
+    pub(super) fn head_rows(
+        &self,
+        sc: &super::state::Scratch,
+        rows: u64,
+        cnt: usize,
+        argmax: Option<u64>,
+    ) -> Result<()> {
+        let stage = self.stages.last().expect("a model has a stage");
+        let g = &stage.gpu;
+        let head = stage.head.as_ref().expect("the last stage holds the head");
+        let norm = stage.norm.as_ref().expect("the last stage holds the final norm").ptr;
+        let hcw = stage.hc_head.as_ref().expect("the last stage holds hc_head");
+        self.hc_head(g, sc, hcw, rows, cnt)?;
+        self.norm(g, sc.hy.ptr, norm, cnt, self.config.hidden_size)?;
+        self.lin(g, head, sc.hy.ptr, sc.logits.ptr, cnt)?;
+        if let Some(out) = argmax {
+            launch!(g, "argmax_slices", Gpu::cfg((cnt as u32, ARGMAX_SLICES as u32, 1), 256, 0);
+                sc.logits.ptr, self.config.vocab_size as i32, sc.argmax_v.ptr, sc.argmax_i.ptr);
+            launch!(g, "argmax_rows", Gpu::cfg((cnt as u32, 1, 1), ARGMAX_SLICES as u32, 0);
+                sc.argmax_v.ptr, sc.argmax_i.ptr, out);
+        }
+        Ok(())
     }
 }
 

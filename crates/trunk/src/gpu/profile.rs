@@ -27,6 +27,10 @@ impl ProfileCell {
         p.marks.clear();
     }
 
+    pub fn enabled(&self) -> bool {
+        self.0.lock().unwrap().enabled
+    }
+
     /// Record the start of op `label` on stage `stage`.
     pub fn mark(&self, stage: usize, gpu: &Gpu, label: &'static str) -> Result<()> {
         let mut p = self.0.lock().unwrap();

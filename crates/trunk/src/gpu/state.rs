@@ -204,6 +204,9 @@ pub struct GpuState {
     pub kv: DeviceState,
     pub scratch: Vec<Scratch>,
     pub scratch_elements: usize,
+    /// The greedy decode steps' graphs (gpu/graph.rs), made at the first
+    /// greedy step.
+    pub(crate) graphs: Option<super::graph::StepGraphs>,
 }
 
 impl GpuState {
