@@ -166,6 +166,13 @@ pub struct Gpu {
     pub side: Arc<CudaStream>,
     side_start: CudaEvent,
     side_done: CudaEvent,
+    /// A third stream for launches that run beside the main stream's within
+    /// a site (`branch`): while `on_branch` is set, launches meant for
+    /// `stream` go here; `branch_join` orders the main stream after them.
+    branch_stream: Arc<CudaStream>,
+    branch_start: CudaEvent,
+    branch_done: CudaEvent,
+    on_branch: std::sync::atomic::AtomicBool,
     kernels: HashMap<&'static str, CudaFunction>,
     /// Blocks of (kernel, block size, dynamic shared bytes) an SM holds at once.
     resident: std::sync::Mutex<HashMap<(&'static str, u32, u32), u32>>,
@@ -189,6 +196,8 @@ impl Gpu {
         let side = ctx.new_stream().map_err(|e| anyhow!("creating a stream on device {ordinal}: {e}"))?;
         let event = || ctx.new_event(None).map_err(|e| anyhow!("creating an event on device {ordinal}: {e}"));
         let (side_start, side_done) = (event()?, event()?);
+        let branch_stream = ctx.new_stream().map_err(|e| anyhow!("creating a stream on device {ordinal}: {e}"))?;
+        let (branch_start, branch_done) = (event()?, event()?);
         let ptx = nvrtc::ptx()?;
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
@@ -222,7 +231,21 @@ impl Gpu {
         let sm_count = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| anyhow!("querying device {ordinal}: {e}"))? as usize;
-        Ok(Gpu { ordinal, sm_count, ctx, stream, side, side_start, side_done, kernels, resident: Default::default() })
+        Ok(Gpu {
+            ordinal,
+            sm_count,
+            ctx,
+            stream,
+            side,
+            side_start,
+            side_done,
+            branch_stream,
+            branch_start,
+            branch_done,
+            on_branch: Default::default(),
+            kernels,
+            resident: Default::default(),
+        })
     }
 
     /// Let this device's kernels and copies reach `peer`'s memory directly
@@ -491,8 +514,10 @@ impl Gpu {
     pub fn act_fp8(&self, src: u64, dst: u64, rows: usize, width: usize) -> Result<u64> {
         self.bind()?;
         // SAFETY: the caller's buffers both hold rows*width f32.
-        unsafe { cudarc::driver::result::memcpy_dtod_async(dst, src, rows * width * 4, self.stream.cu_stream()) }
-            .map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
+        unsafe {
+            cudarc::driver::result::memcpy_dtod_async(dst, src, rows * width * 4, self.route(&self.stream).cu_stream())
+        }
+        .map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
         crate::launch!(self, "act_fp8_rows", Gpu::cfg((rows as u32, width.div_ceil(128) as u32, 1), 128, 0); dst, width as i32);
         Ok(dst)
     }
@@ -509,6 +534,35 @@ impl Gpu {
     pub fn side_join(&self) -> Result<()> {
         self.side_done.record(&self.side).map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
         self.stream.wait(&self.side_done).map_err(|e| anyhow!("device {}: {e}", self.ordinal))
+    }
+
+    /// Run `launch` with what it launches on `stream` going to a branch
+    /// stream instead, after everything launched on `stream` so far;
+    /// `branch_join` orders later work on `stream` after it.
+    pub fn branch<R>(&self, launch: impl FnOnce() -> Result<R>) -> Result<R> {
+        use std::sync::atomic::Ordering;
+        self.branch_start.record(&self.stream).map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
+        self.branch_stream.wait(&self.branch_start).map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
+        self.on_branch.store(true, Ordering::Relaxed);
+        let out = launch();
+        self.on_branch.store(false, Ordering::Relaxed);
+        out
+    }
+
+    /// Work launched on `stream` from now on runs after everything the
+    /// last `branch` launched.
+    pub fn branch_join(&self) -> Result<()> {
+        self.branch_done.record(&self.branch_stream).map_err(|e| anyhow!("device {}: {e}", self.ordinal))?;
+        self.stream.wait(&self.branch_done).map_err(|e| anyhow!("device {}: {e}", self.ordinal))
+    }
+
+    /// Where a launch meant for `stream` goes: the branch stream inside `branch`.
+    fn route<'a>(&'a self, stream: &'a CudaStream) -> &'a CudaStream {
+        if std::ptr::eq(stream, &*self.stream) && self.on_branch.load(std::sync::atomic::Ordering::Relaxed) {
+            &self.branch_stream
+        } else {
+            stream
+        }
     }
 
     /// Blocks of `kernel` (with `block` threads and `smem` dynamic shared
@@ -538,8 +592,10 @@ impl Gpu {
         self.kernels.get(name).with_context(|| format!("kernel `{name}` not loaded"))
     }
 
-    /// Launch kernel `name` on `stream` (this device's `stream` or `side`).
-    /// On the main stream the launch allows programmatic dependent launch:
+    /// Launch kernel `name` on `stream` (this device's `stream` or `side`;
+    /// within `branch`, what is meant for `stream` goes to the branch
+    /// stream). On the main and branch streams the launch allows
+    /// programmatic dependent launch:
     /// the kernel's blocks may be scheduled while the kernel before it
     /// finishes, and wait in `await_inputs` (kernels/common.cuh, called by
     /// every kernel before it touches an earlier kernel's data) for it to
@@ -559,13 +615,14 @@ impl Gpu {
     ) -> Result<()> {
         use cudarc::driver::sys;
         let f = self.func(name)?;
+        let stream = self.route(stream);
         self.bind()?;
         // SAFETY: a zeroed attribute is a valid value of the C struct; its
         // id and value are set before use.
         let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
         attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmaticStreamSerializationAllowed = 1;
-        let overlap = std::ptr::eq(stream, &*self.stream);
+        let overlap = std::ptr::eq(stream, &*self.stream) || std::ptr::eq(stream, &*self.branch_stream);
         let config = sys::CUlaunchConfig {
             gridDimX: cfg.grid_dim.0,
             gridDimY: cfg.grid_dim.1,

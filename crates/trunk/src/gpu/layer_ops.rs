@@ -78,6 +78,65 @@ impl Dsv4Gpu {
 
         self.mark(si, "attn.q_kv")?;
         let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
+        let (mut mode, mut entries, mut sel, mut topk, mut ratio, mut max_ent) =
+            (0i32, 0u64, 0u64, 0i32, 1usize, 0usize);
+        let pool_block = |w: usize| (w.max(32).div_ceil(32) * 32) as u32;
+        let compressor = match (&dl.compressor, lc.comp_pending, lc.comp_entries) {
+            (Some(cw), Some(pend), Some(ent)) => Some((cw, pend, ent)),
+            _ => None,
+        };
+        let indexer = match (&dl.idx_compressor, &dl.idx_wq_b, &dl.idx_weights_proj, lc.idx_pending, lc.idx_entries) {
+            (Some(ic), Some(wq), Some(wp), Some(pend), Some(ent)) => Some((ic, wq, wp, pend, ent)),
+            _ => None,
+        };
+        if compressor.is_some() {
+            ratio = c.compress_ratio(l);
+        }
+        let closing = (t0 + n) / ratio - t0 / ratio;
+        let (hi, di) = (c.index_n_heads, c.index_head_dim);
+        // the compressors and the indexer's head weights read only the
+        // layer's input: a branch beside the queries and keys
+        let comp_pool = compressor
+            .map(|(cw, pend, ent)| (cw, st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr));
+        let index_pool = indexer.map(|(ic, _, wp, pend, ent)| {
+            (ic, wp, st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr)
+        });
+        if let Some((_, _, _, eb)) = comp_pool {
+            mode = if kind == AttnKind::Hca { 1 } else { 2 };
+            entries = eb;
+            max_ent = st.capacity() / ratio + 1;
+        }
+        let branched = comp_pool.is_some() || index_pool.is_some();
+        if branched {
+            g.branch(|| {
+                if let Some((cw, pb, prows, eb)) = comp_pool {
+                    let overlap = kind == AttnKind::Csa;
+                    let w = if overlap { 2 * hd } else { hd };
+                    g.lin_pair(&cw.wkv, &cw.wgate, sc.h.ptr, sc.ckv.ptr, sc.cgate.ptr, n)?;
+                    if closing > 0 {
+                        launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(hd), (hd * 8) as u32);
+                            sc.ckv.ptr, sc.cgate.ptr, pb, prows as i32, t0 as i32, n as i32, ratio as i32,
+                            overlap as i32, hd as i32, cw.ape.ptr, cw.norm.ptr, eps, rope_compress, npairs,
+                            fp8 as i32, eb);
+                    }
+                    launch!(g, "compress_ring_append", Gpu::cfg((n.min(prows) as u32, 1, 1), 256, 0);
+                        pb, prows as i32, sc.ckv.ptr, sc.cgate.ptr, w as i32, n as i32, t0 as i32);
+                }
+                if let Some((ic, wp, pb, prows, eb)) = index_pool {
+                    g.lin_pair(&ic.wkv, &ic.wgate, sc.h.ptr, sc.ikv.ptr, sc.igate.ptr, n)?;
+                    if closing > 0 {
+                        launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(di), (di * 8) as u32);
+                            sc.ikv.ptr, sc.igate.ptr, pb, prows as i32, t0 as i32, n as i32, ratio as i32, 1i32,
+                            di as i32, ic.ape.ptr, ic.norm.ptr, eps, rope_compress, npairs,
+                            if fp8 { 2i32 } else { 0 }, eb);
+                    }
+                    launch!(g, "compress_ring_append", Gpu::cfg((n.min(prows) as u32, 1, 1), 256, 0);
+                        pb, prows as i32, sc.ikv.ptr, sc.igate.ptr, (2 * di) as i32, n as i32, t0 as i32);
+                    self.lin(g, wp, sc.h.ptr, sc.iw.ptr, n)?;
+                }
+                Ok(())
+            })?;
+        }
         g.lin_pair(&dl.wq_a, &dl.wkv, hq, sc.qr.ptr, sc.kv.ptr, n)?;
         self.norm(g, sc.qr.ptr, dl.q_norm.ptr, n, c.q_lora_rank)?;
         let qrq = self.act(g, &sc.qr, &sc.qrq, n, c.q_lora_rank)?;
@@ -91,50 +150,17 @@ impl Dsv4Gpu {
             let nope = hd - rd;
             launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
         }
-
-        let (mut mode, mut entries, mut sel, mut topk, mut ratio, mut max_ent) =
-            (0i32, 0u64, 0u64, 0i32, 1usize, 0usize);
-        let pool_block = |w: usize| (w.max(32).div_ceil(32) * 32) as u32;
-        if let (Some(cw), Some(pend), Some(ent)) = (&dl.compressor, lc.comp_pending, lc.comp_entries) {
-            self.mark(si, "attn.compressor")?;
-            ratio = c.compress_ratio(l);
-            let overlap = kind == AttnKind::Csa;
-            let w = if overlap { 2 * hd } else { hd };
-            g.lin_pair(&cw.wkv, &cw.wgate, sc.h.ptr, sc.ckv.ptr, sc.cgate.ptr, n)?;
-            let (pb, prows, eb) = (st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr);
-            let closing = (t0 + n) / ratio - t0 / ratio;
-            if closing > 0 {
-                launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(hd), (hd * 8) as u32);
-                    sc.ckv.ptr, sc.cgate.ptr, pb, prows as i32, t0 as i32, n as i32, ratio as i32, overlap as i32,
-                    hd as i32, cw.ape.ptr, cw.norm.ptr, eps, rope_compress, npairs, fp8 as i32, eb);
-            }
-            launch!(g, "compress_ring_append", Gpu::cfg((n.min(prows) as u32, 1, 1), 256, 0);
-                pb, prows as i32, sc.ckv.ptr, sc.cgate.ptr, w as i32, n as i32, t0 as i32);
-            mode = if kind == AttnKind::Hca { 1 } else { 2 };
-            entries = eb;
-            max_ent = st.capacity() / ratio + 1;
-        }
-        if let (Some(ic), Some(wq), Some(wp), Some(pend), Some(ent)) =
-            (&dl.idx_compressor, &dl.idx_wq_b, &dl.idx_weights_proj, lc.idx_pending, lc.idx_entries)
-        {
+        if let Some((_, wq, _, _, ent)) = indexer {
             self.mark(si, "attn.indexer")?;
-            let (hi, di) = (c.index_n_heads, c.index_head_dim);
-            g.lin_pair(&ic.wkv, &ic.wgate, sc.h.ptr, sc.ikv.ptr, sc.igate.ptr, n)?;
-            let (pb, prows, eb) = (st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr);
-            let closing = (t0 + n) / ratio - t0 / ratio;
-            if closing > 0 {
-                launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(di), (di * 8) as u32);
-                    sc.ikv.ptr, sc.igate.ptr, pb, prows as i32, t0 as i32, n as i32, ratio as i32, 1i32,
-                    di as i32, ic.ape.ptr, ic.norm.ptr, eps, rope_compress, npairs, if fp8 { 2i32 } else { 0 }, eb);
-            }
-            launch!(g, "compress_ring_append", Gpu::cfg((n.min(prows) as u32, 1, 1), 256, 0);
-                pb, prows as i32, sc.ikv.ptr, sc.igate.ptr, (2 * di) as i32, n as i32, t0 as i32);
             self.lin(g, wq, qrq, sc.iq.ptr, n)?;
             launch!(g, "rope_rows", Gpu::cfg(((n * hi) as u32, 1, 1), 32, 0); sc.iq.ptr, hi as i32, di as i32, rope_compress, npairs, pos0, 0i32);
             if fp8 {
                 launch!(g, "indexer_rows", Gpu::cfg(((n * hi) as u32, 1, 1), pool_block(di), (di * 8) as u32); sc.iq.ptr, di as i32);
             }
-            self.lin(g, wp, sc.h.ptr, sc.iw.ptr, n)?;
+            if branched {
+                g.branch_join()?;
+            }
+            let eb = st.kv.classes[ent].ptr;
             let me = sc.max_entries;
             let vis_max = (t0 + n) / ratio;
             // key groups per token: at most what the SMs hold at once (the blocks loop over groups)
@@ -148,6 +174,8 @@ impl Dsv4Gpu {
             sel = sc.sel.ptr;
             topk = c.index_topk as i32;
             max_ent = c.index_topk;
+        } else if branched {
+            g.branch_join()?;
         }
 
         if pass == Pass::Block {
@@ -189,6 +217,16 @@ impl Dsv4Gpu {
         let (d, k, inter, ne) = (c.hidden_size, c.num_experts_per_tok, c.moe_intermediate_size, c.n_routed_experts);
         let lim = c.swiglu_limit as f32;
         self.mark(si, "moe.router")?;
+        let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
+        // the shared expert: a branch beside the routing and the routed experts
+        g.branch(|| {
+            let si_inter = dl.shared.w1.arg.rows as usize;
+            g.lin_pair(&dl.shared.w1, &dl.shared.w3, hq, sc.sg.ptr, sc.su.ptr, n)?;
+            let len = n * si_inter;
+            launch!(g, "swiglu_rows", Gpu::cfg((len.div_ceil(256) as u32, 1, 1), 256, 0); sc.sg.ptr, sc.su.ptr, lim, len as i32, sc.sh.ptr);
+            let shq = self.act(g, &sc.sh, &sc.shq, n, si_inter)?;
+            self.lin(g, &dl.shared.w2, shq, sc.sout.ptr, n)
+        })?;
         self.lin(g, &dl.gate, sc.h.ptr, sc.rlogits.ptr, n)?;
         let func = match c.scoring_func {
             ScoringFunc::SqrtSoftplus => 0i32,
@@ -200,7 +238,6 @@ impl Dsv4Gpu {
             dl.tid2eid.as_ref().map_or(0, |b| b.ptr), ids, func, c.norm_topk_prob as i32,
             c.routed_scaling_factor as f32, sc.ridx.ptr, sc.rwts.ptr);
         self.mark(si, "moe.experts")?;
-        let hq = self.act(g, &sc.h, &sc.hq, n, d)?;
         let npairs = n * k;
         // the expert kernels' grids and staged rows
         let (f13, f2) = dl.expert_fmts;
@@ -288,16 +325,8 @@ impl Dsv4Gpu {
                 }
             }
         }
-        let sc = &st.scratch[si];
-        self.mark(si, "moe.shared")?;
-        let si_inter = dl.shared.w1.arg.rows as usize;
-        g.lin_pair(&dl.shared.w1, &dl.shared.w3, hq, sc.sg.ptr, sc.su.ptr, n)?;
-        let len = n * si_inter;
-        launch!(g, "swiglu_rows", Gpu::cfg((len.div_ceil(256) as u32, 1, 1), 256, 0); sc.sg.ptr, sc.su.ptr, lim, len as i32, sc.sh.ptr);
-        let shq = self.act(g, &sc.sh, &sc.shq, n, si_inter)?;
-        self.lin(g, &dl.shared.w2, shq, sc.sout.ptr, n)?;
-        // the slots and the shared expert are combined by hc_post
-        Ok(())
+        // the slots and the shared expert are combined by hc_post, after both
+        g.branch_join()
     }
 
     /// Logits (or their argmax) of the rows `which` selects.
