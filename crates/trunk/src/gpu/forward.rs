@@ -52,7 +52,7 @@ impl std::str::FromStr for Fault {
     }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GpuOptions {
     pub variant: Variant,
     pub moe: MoeArm,
@@ -480,7 +480,7 @@ impl Dsv4Gpu {
     fn step_key(&self, st: &GpuState) -> StepKey {
         StepKey {
             model: self.id,
-            options: format!("{:?}", self.opts),
+            options: self.opts.clone(),
             positions: st.positions(),
             written: (0..st.layout().classes.len()).map(|c| st.written(c)).collect(),
         }
@@ -884,5 +884,20 @@ impl Dsv4Gpu {
         let moe = (sc.slot_out.ptr, self.config.num_experts_per_tok, skip);
         self.hc_post(g, sc.x.ptr, sc.sout.ptr, Some(moe), sc.mix.ptr, n)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fault;
+
+    #[test]
+    fn faults_parse_from_the_command_line_form() {
+        assert_eq!("drop-shared:2".parse::<Fault>().unwrap(), Fault::DropSharedExpert { layer: 2 });
+        assert_eq!("shift-rope:0".parse::<Fault>().unwrap(), Fault::ShiftRope { layer: 0 });
+        assert_eq!("stale-step".parse::<Fault>().unwrap(), Fault::StaleStep);
+        for bad in ["stale-step:1", "drop-shared", "shift-rope:x", "flip:1", ""] {
+            assert!(bad.parse::<Fault>().is_err(), "{bad} parsed");
+        }
     }
 }

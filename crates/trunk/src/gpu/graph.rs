@@ -35,7 +35,7 @@ const KEPT: usize = 6;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct StepKey {
     pub model: u64,
-    pub options: String,
+    pub options: super::forward::GpuOptions,
     pub positions: usize,
     pub written: Vec<u64>,
 }
@@ -241,6 +241,8 @@ impl StepGraphs {
 impl Drop for StepGraphs {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
+        // a step still running writes the pinned words: let it finish
+        let _ = self.ctx.synchronize();
         for e in self.execs.drain(..) {
             // SAFETY: ours; a launch still running is freed when it completes.
             let _ = unsafe { cudarc::driver::result::graph::exec_destroy(e.exec) };
