@@ -4,7 +4,7 @@
 
 pub mod device;
 pub mod forward;
-pub mod graph;
+mod graph;
 mod layer_ops;
 pub mod nvrtc;
 pub mod profile;
