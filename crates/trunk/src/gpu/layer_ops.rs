@@ -81,31 +81,30 @@ impl Dsv4Gpu {
         let (mut mode, mut entries, mut sel, mut topk, mut ratio, mut max_ent) =
             (0i32, 0u64, 0u64, 0i32, 1usize, 0usize);
         let pool_block = |w: usize| (w.max(32).div_ceil(32) * 32) as u32;
-        let compressor = match (&dl.compressor, lc.comp_pending, lc.comp_entries) {
-            (Some(cw), Some(pend), Some(ent)) => Some((cw, pend, ent)),
+        // each compressor's weights and its pending and entry classes
+        // (address, rows, entries' address)
+        let class = |ci: usize| &st.kv.classes[ci];
+        let comp_pool = match (&dl.compressor, lc.comp_pending, lc.comp_entries) {
+            (Some(cw), Some(pend), Some(ent)) => Some((cw, class(pend).ptr, class(pend).rows, class(ent).ptr)),
             _ => None,
         };
-        let indexer = match (&dl.idx_compressor, &dl.idx_wq_b, &dl.idx_weights_proj, lc.idx_pending, lc.idx_entries) {
-            (Some(ic), Some(wq), Some(wp), Some(pend), Some(ent)) => Some((ic, wq, wp, pend, ent)),
+        let index_pool = match (&dl.idx_compressor, &dl.idx_wq_b, &dl.idx_weights_proj, lc.idx_pending, lc.idx_entries)
+        {
+            (Some(ic), Some(wq), Some(wp), Some(pend), Some(ent)) => {
+                Some((ic, wq, wp, class(pend).ptr, class(pend).rows, class(ent).ptr))
+            }
             _ => None,
         };
-        if compressor.is_some() {
+        if let Some((_, _, _, eb)) = comp_pool {
             ratio = c.compress_ratio(l);
+            mode = if kind == AttnKind::Hca { 1 } else { 2 };
+            entries = eb;
+            max_ent = st.capacity() / ratio + 1;
         }
         let closing = (t0 + n) / ratio - t0 / ratio;
         let (hi, di) = (c.index_n_heads, c.index_head_dim);
         // the compressors and the indexer's head weights read only the
         // layer's input: a branch beside the queries and keys
-        let comp_pool = compressor
-            .map(|(cw, pend, ent)| (cw, st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr));
-        let index_pool = indexer.map(|(ic, _, wp, pend, ent)| {
-            (ic, wp, st.kv.classes[pend].ptr, st.kv.classes[pend].rows, st.kv.classes[ent].ptr)
-        });
-        if let Some((_, _, _, eb)) = comp_pool {
-            mode = if kind == AttnKind::Hca { 1 } else { 2 };
-            entries = eb;
-            max_ent = st.capacity() / ratio + 1;
-        }
         let branched = comp_pool.is_some() || index_pool.is_some();
         if branched {
             g.branch(|| {
@@ -122,7 +121,7 @@ impl Dsv4Gpu {
                     launch!(g, "compress_ring_append", Gpu::cfg((n.min(prows) as u32, 1, 1), 256, 0);
                         pb, prows as i32, sc.ckv.ptr, sc.cgate.ptr, w as i32, n as i32, t0 as i32);
                 }
-                if let Some((ic, wp, pb, prows, eb)) = index_pool {
+                if let Some((ic, _, wp, pb, prows, eb)) = index_pool {
                     g.lin_pair(&ic.wkv, &ic.wgate, sc.h.ptr, sc.ikv.ptr, sc.igate.ptr, n)?;
                     if closing > 0 {
                         launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(di), (di * 8) as u32);
@@ -150,7 +149,7 @@ impl Dsv4Gpu {
             let nope = hd - rd;
             launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
         }
-        if let Some((_, wq, _, _, ent)) = indexer {
+        if let Some((_, wq, _, _, _, eb)) = index_pool {
             self.mark(si, "attn.indexer")?;
             self.lin(g, wq, qrq, sc.iq.ptr, n)?;
             launch!(g, "rope_rows", Gpu::cfg(((n * hi) as u32, 1, 1), 32, 0); sc.iq.ptr, hi as i32, di as i32, rope_compress, npairs, pos0, 0i32);
@@ -160,7 +159,6 @@ impl Dsv4Gpu {
             if branched {
                 g.branch_join()?;
             }
-            let eb = st.kv.classes[ent].ptr;
             let me = sc.max_entries;
             let vis_max = (t0 + n) / ratio;
             // key groups per token: at most what the SMs hold at once (the blocks loop over groups)
