@@ -525,15 +525,21 @@ __device__ __forceinline__ void rotate_pair(float* a, float* b, float c, float s
     *b = __fadd_rn(__fmul_rn(y, c), __fmul_rn(x, s));
 }
 
-// RoPE of one row's rotated part r (npairs pairs) at position p: angles in
-// f32 (p * inv_freq), cos/sin in double of that angle (rope.cu).
+// The rotation of the pair with inverse frequency f at position p: the
+// angle in f32 (p * f), cos/sin in double of that angle (rope.cu).
+__device__ __forceinline__ void rope_angle(float p, float f, bool inverse, float& c, float& s) {
+    const float ang = __fmul_rn(p, f);
+    c = (float)cos((double)ang);
+    s = (float)sin((double)ang);
+    if (inverse) s = -s;
+}
+
+// RoPE of one row's rotated part r (npairs pairs) at position p.
 __device__ __forceinline__ void rope_row(float* r, float p, const float* __restrict__ inv_freq, int npairs,
                                          bool inverse) {
     for (int i = threadIdx.x; i < npairs; i += blockDim.x) {
-        const float ang = __fmul_rn(p, inv_freq[i]);
-        const float c = (float)cos((double)ang);
-        float s = (float)sin((double)ang);
-        if (inverse) s = -s;
+        float c, s;
+        rope_angle(p, inv_freq[i], inverse, c, s);
         rotate_pair(&r[2 * i], &r[2 * i + 1], c, s);
     }
 }

@@ -21,10 +21,9 @@
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
-// pre_j = sigmoid(m_j * s0 + b_j) + eps, from the mixes m (times 1/rms).
-__device__ __forceinline__ double pre_weight(const double* m, const float* scale, const float* base, int j,
-                                             float hc_eps) {
-    return sigmoid_d(m[j] * (double)scale[0] + (double)base[j]) + (double)hc_eps;
+// pre_j = sigmoid(m_j * s0 + b_j) + eps, from the mix m_j (times 1/rms).
+__device__ __forceinline__ double pre_weight(double mj, float s0, float bj, float hc_eps) {
+    return sigmoid_d(mj * (double)s0 + (double)bj) + (double)hc_eps;
 }
 
 // Per-slice partials of the mixes: block (t, s) takes the flat elements
@@ -33,19 +32,32 @@ __device__ __forceinline__ double pre_weight(const double* m, const float* scale
 // slice (nm + 1 values; each a warp butterfly, then the warps in order).
 // The mixes are these summed over the slices (slice_sums), times 1/rms.
 // grid (n, ceil(width / HC_SLICE)), block HC_SLICE.
+// The first HC_MIX_EARLY rows of fn (all of them for hc <= 4) are read
+// before the kernel waits for its inputs.
+#define HC_MIX_EARLY 24
 extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const int* __restrict__ rows,
                                        const float* __restrict__ fn, int width, int nm,
                                        double* __restrict__ partials) {
-    await_inputs();
     __shared__ double red[HC_SLICE / 32][HC_MIX_MAX + 1];
     const int t = blockIdx.x, s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int i = s * HC_SLICE + threadIdx.x;
     const bool in = i < width;
+    float early[HC_MIX_EARLY];
+    #pragma unroll
+    for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + i] : 0.0f;
+    await_inputs();
     const double xv = in ? (double)x[(size_t)(rows ? rows[t] : t) * width + i] : 0.0;
     double v = warp_sum(xv * xv);
     if (lane == 0) red[warp][0] = v;
-    // sixteen rows' loads in flight before their sums
-    for (int j0 = 0; j0 < nm; j0 += 16) {
+    #pragma unroll
+    for (int u = 0; u < HC_MIX_EARLY; u++) {
+        if (u < nm) {
+            v = warp_sum((double)early[u] * xv);
+            if (lane == 0) red[warp][1 + u] = v;
+        }
+    }
+    // the rest: sixteen rows' loads in flight before their sums
+    for (int j0 = HC_MIX_EARLY; j0 < nm; j0 += 16) {
         float fv[16];
         #pragma unroll
         for (int u = 0; u < 16; u++) fv[u] = in && j0 + u < nm ? fn[(size_t)(j0 + u) * width + i] : 0.0f;
@@ -107,14 +119,16 @@ extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __r
                                   int width, float norm_eps, const float* __restrict__ base,
                                   const float* __restrict__ scale, int hc, int d, float hc_eps,
                                   float* __restrict__ collapsed) {
+    const int t = blockIdx.x, tid = threadIdx.x;
+    float b_early = 0.0f, s_early = 0.0f;
+    if (tid < hc) b_early = base[tid], s_early = scale[0];
     await_inputs();
     __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
     __shared__ double ss;
-    const int t = blockIdx.x, tid = threadIdx.x;
     const int nmix = (2 + hc) * hc;
     slice_sums(partials + (size_t)t * slices * (nmix + 1), slices, nmix, hc + 1, width, norm_eps, m, &ss);
-    if (tid < hc) pre_s[tid] = pre_weight(m, scale, base, tid, hc_eps);
+    if (tid < hc) pre_s[tid] = pre_weight(m[tid], s_early, b_early, hc_eps);
     __syncthreads();
     const int i = blockIdx.y * blockDim.x + tid;
     if (i < d) collapsed[(size_t)t * d + i] = collapse_one(x + (size_t)t * hc * d, pre_s, hc, d, i);
@@ -162,7 +176,7 @@ extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int 
     const int lane = tid;
     double* out = mix + (size_t)t * nmix;
     if (lane < hc) {
-        out[lane] = pre_weight(m, scale, base, lane, hc_eps);
+        out[lane] = pre_weight(m[lane], scale[0], base[lane], hc_eps);
         out[hc + lane] = 2.0 * sigmoid_d(m[hc + lane] * (double)scale[1] + (double)base[hc + lane]);
     }
     const int cells = hc * hc;
@@ -230,12 +244,15 @@ extern "C" __global__ void hc_head(const float* __restrict__ x, const int* __res
                                    const double* __restrict__ partials, int slices, int width, float norm_eps,
                                    const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
                                    float hc_eps, float* __restrict__ y) {
+    const int tid = threadIdx.x;
+    float b_early = 0.0f, s_early = 0.0f;
+    if (tid < hc) b_early = base[tid], s_early = scale[0];
     await_inputs();
     __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
     __shared__ double ss;
     slice_sums(partials + (size_t)blockIdx.x * slices * (hc + 1), slices, hc, hc + 1, width, norm_eps, m, &ss);
-    if (threadIdx.x < hc) pre_s[threadIdx.x] = pre_weight(m, scale, base, threadIdx.x, hc_eps);
+    if (tid < hc) pre_s[tid] = pre_weight(m[tid], s_early, b_early, hc_eps);
     __syncthreads();
     const int i = blockIdx.y * blockDim.x + threadIdx.x;
     if (i < d) y[(size_t)blockIdx.x * d + i] = collapse_one(x + (size_t)rows[blockIdx.x] * hc * d, pre_s, hc, d, i);

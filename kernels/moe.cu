@@ -20,13 +20,16 @@ __device__ __forceinline__ double score_of(double l, int func, double mx, double
     return exp(l - mx) / z;
 }
 
-// grid (n), block 256; dynamic smem n_experts doubles.
+// grid (n), block 256; dynamic smem n_experts doubles (the scores) and
+// n_experts floats (the bias, read before the kernel waits for its inputs).
 extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_experts, int k,
                                      const float* __restrict__ bias, const int* __restrict__ tid2eid,
                                      const int* __restrict__ tokens, int func, int norm, float scaling,
                                      int* __restrict__ idx, double* __restrict__ wts) {
-    await_inputs();
     extern __shared__ double sc[];
+    float* bs = (float*)(sc + n_experts);
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) bs[e] = bias ? bias[e] : 0.0f;
+    await_inputs();
     __shared__ double red[32];
     __shared__ double bv[32];
     __shared__ int bi[32];
@@ -59,7 +62,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_exp
                 bool taken = false;
                 for (int q = 0; q < s; q++) taken |= chosen[q] == e;
                 if (taken) continue;
-                const double v = sc[e] + (bias ? (double)bias[e] : 0.0);
+                const double v = sc[e] + (double)bs[e];
                 if (v > best || (v == best && e < besti)) { best = v; besti = e; }
             }
             #pragma unroll

@@ -3,6 +3,24 @@
 // In place allowed (x == y). Rows of a multiple of 4 values (16-byte
 // aligned) are read as float4, up to eight per thread in flight; each
 // thread's sum of squares runs over its vectors in order, then block_sum.
+// The weight's float4s a thread reads before the kernel waits for its
+// inputs (its first NORM_W4 of the row, thread-strided as below: widths up
+// to 4 * NORM_W4 * blockDim), so that they are in registers, not a memory
+// round trip after the sum of squares.
+#define NORM_W4 4
+struct NormWeight {
+    float4 g[NORM_W4];
+};
+__device__ __forceinline__ void norm_weight_early(const float* __restrict__ w, int width, NormWeight& nw) {
+    if (!w || (width & 3) != 0 || (((size_t)w) & 15) != 0) return;
+    const float4* w4 = (const float4*)w;
+    #pragma unroll
+    for (int u = 0; u < NORM_W4; u++) {
+        const int i = threadIdx.x + u * blockDim.x;
+        if (i < (width >> 2)) nw.g[u] = w4[i];
+    }
+}
+
 // One output: x * r, times the weight g where there is one.
 __device__ __forceinline__ float norm_one(float x, double r, float g, const float* w) {
     const double v = (double)x * r;
@@ -10,8 +28,9 @@ __device__ __forceinline__ float norm_one(float x, double r, float g, const floa
 }
 
 // One row (all threads of the block).
+// `nw`: the weight's first float4s as norm_weight_early read them.
 __device__ __forceinline__ void rms_norm_row(const float* xr, float* yr, const float* __restrict__ w, int width,
-                                             float eps, double* red) {
+                                             float eps, double* red, const NormWeight& nw) {
     const bool vec = (width & 3) == 0 && (((size_t)xr) & 15) == 0 && (((size_t)yr) & 15) == 0 &&
                      (((size_t)w) & 15) == 0;
     double ss = 0.0;
@@ -48,7 +67,7 @@ __device__ __forceinline__ void rms_norm_row(const float* xr, float* yr, const f
                 const int i = base + u * blockDim.x;
                 if (i < n4) {
                     v[u] = x4[i];
-                    g[u] = w ? w4[i] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+                    g[u] = !w ? make_float4(1.0f, 1.0f, 1.0f, 1.0f) : base == (int)threadIdx.x ? nw.g[u] : w4[i];
                 }
             }
             #pragma unroll
@@ -64,20 +83,40 @@ __device__ __forceinline__ void rms_norm_row(const float* xr, float* yr, const f
 }
 
 extern "C" __global__ void rms_norm_f32(const float* x, float* y, const float* __restrict__ w, int width, float eps) {
+    NormWeight nw;
+    norm_weight_early(w, width, nw);
     await_inputs();
     __shared__ double red[32];
-    rms_norm_row(x + (size_t)blockIdx.x * width, y + (size_t)blockIdx.x * width, w, width, eps, red);
+    rms_norm_row(x + (size_t)blockIdx.x * width, y + (size_t)blockIdx.x * width, w, width, eps, red, nw);
 }
 
-// rms_norm_f32 then rope_rows (forward) on each row in one launch, the same
-// operations in the same order: rows of n tokens x heads, token t at
-// position pos0 + t. In place. grid (n * heads), block 256.
-extern "C" __global__ void rms_norm_rope(float* x, const float* __restrict__ w, int width, float eps, int heads,
+// rms_norm_f32 then rope_rows (forward) on each row, the same operations
+// in the same order, for two sets of rows in one launch: blocks 0 ..
+// rows - 1 take rows of x (n tokens x heads, weight w), the others rows of
+// x2 (one a token, weight w2); token t at position pos0 + t. The weight
+// and each thread's rotation (cos and sin of its pair's angle) are taken
+// before the kernel waits for its inputs. In place. grid (rows + the
+// tokens of x2), block 256.
+extern "C" __global__ void rms_norm_rope(float* x, const float* __restrict__ w, int heads, int rows, float* x2,
+                                         const float* __restrict__ w2, int width, float eps,
                                          const float* __restrict__ inv_freq, int npairs, int pos0) {
+    const bool second = (int)blockIdx.x >= rows;
+    const int row = second ? blockIdx.x - rows : blockIdx.x;
+    const float* g = second ? w2 : w;
+    NormWeight nw;
+    norm_weight_early(g, width, nw);
+    float c = 1.0f, s = 0.0f;
+    const float p = (float)(pos0 + (second ? row : row / heads));
+    if ((int)threadIdx.x < npairs) rope_angle(p, inv_freq[threadIdx.x], false, c, s);
     await_inputs();
     __shared__ double red[32];
-    float* xr = x + (size_t)blockIdx.x * width;
-    rms_norm_row(xr, xr, w, width, eps, red);
+    float* xr = (second ? x2 : x) + (size_t)row * width;
+    rms_norm_row(xr, xr, g, width, eps, red, nw);
     __syncthreads();  // the normalized row, written by every thread, read back below
-    rope_row(xr + (width - 2 * npairs), (float)(pos0 + (int)blockIdx.x / heads), inv_freq, npairs, false);
+    float* r = xr + (width - 2 * npairs);
+    if ((int)threadIdx.x < npairs) rotate_pair(&r[2 * threadIdx.x], &r[2 * threadIdx.x + 1], c, s);
+    for (int i = threadIdx.x + blockDim.x; i < npairs; i += blockDim.x) {
+        rope_angle(p, inv_freq[i], false, c, s);
+        rotate_pair(&r[2 * i], &r[2 * i + 1], c, s);
+    }
 }

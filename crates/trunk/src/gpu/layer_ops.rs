@@ -140,11 +140,11 @@ impl Dsv4Gpu {
         self.norm(g, sc.qr.ptr, dl.q_norm.ptr, n, c.q_lora_rank)?;
         let qrq = self.act(g, &sc.qr, &sc.qrq, n, c.q_lora_rank)?;
         self.lin(g, &dl.wq_b, qrq, sc.q.ptr, n)?;
-        // each head's query normalized (no weight) and rotated
-        launch!(g, "rms_norm_rope", Gpu::cfg(((n * nh) as u32, 1, 1), 256, 0);
-            sc.q.ptr, 0u64, hd as i32, eps, nh as i32, rope, npairs, pos0);
-        launch!(g, "rms_norm_rope", Gpu::cfg((n as u32, 1, 1), 256, 0);
-            sc.kv.ptr, dl.kv_norm.ptr, hd as i32, eps, 1i32, rope, npairs, pos0);
+        // each head's query normalized (no weight) and rotated, and the key
+        // (with its norm's weight), in one launch
+        launch!(g, "rms_norm_rope", Gpu::cfg(((n * nh + n) as u32, 1, 1), 256, 0);
+            sc.q.ptr, 0u64, nh as i32, (n * nh) as i32, sc.kv.ptr, dl.kv_norm.ptr, hd as i32, eps, rope, npairs,
+            pos0);
         if fp8 {
             let nope = hd - rd;
             launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
@@ -193,8 +193,14 @@ impl Dsv4Gpu {
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), rope, npairs,
             pos0, sc.attn.ptr);
         if pass == Pass::Commit {
-            launch!(g, "ring_append", Gpu::cfg((n.min(kv_ring.rows) as u32, 1, 1), 256, 0);
-                kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
+            // beside the output projection; joined with the shared
+            // expert's branch at the end of the layer's MoE (`moe`), before
+            // anything writes the key again
+            g.branch(|| {
+                launch!(g, "ring_append", Gpu::cfg((n.min(kv_ring.rows) as u32, 1, 1), 256, 0);
+                    kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, hd as i32, n as i32, t0 as i32);
+                Ok(())
+            })?;
         }
         // grouped low-rank output projection
         self.mark(si, "attn.out")?;
@@ -231,7 +237,7 @@ impl Dsv4Gpu {
             ScoringFunc::Sigmoid => 1,
             ScoringFunc::Softmax => 2,
         };
-        launch!(g, "moe_route", Gpu::cfg((n as u32, 1, 1), 256, (ne * 8) as u32);
+        launch!(g, "moe_route", Gpu::cfg((n as u32, 1, 1), 256, (ne * 12) as u32);
             sc.rlogits.ptr, ne as i32, k as i32, dl.bias.as_ref().map_or(0, |b| b.ptr),
             dl.tid2eid.as_ref().map_or(0, |b| b.ptr), ids, func, c.norm_topk_prob as i32,
             c.routed_scaling_factor as f32, sc.ridx.ptr, sc.rwts.ptr);
