@@ -113,15 +113,69 @@ __device__ __forceinline__ float collapse_one(const float* __restrict__ xt, cons
     return (float)acc;
 }
 
+// The whole collapsed row of token row xt into c (shared memory, d
+// floats): collapse_one's sums, each thread's float4s of every stream
+// loading at once. All threads; the caller syncs.
+__device__ __forceinline__ void collapse_row(const float* __restrict__ xt, const double* pre, int hc, int d, float* c) {
+    if ((d & 3) != 0 || (((size_t)xt) & 15) != 0) {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) c[i] = collapse_one(xt, pre, hc, d, i);
+        return;
+    }
+    const int n4 = d >> 2;
+    for (int base = threadIdx.x; base < n4; base += 2 * blockDim.x) {
+        float4 v[2][HC_MAX];
+        #pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int i = base + u * blockDim.x;
+            #pragma unroll
+            for (int q = 0; q < HC_MAX; q++)
+                if (q < hc && i < n4) v[u][q] = ((const float4*)(xt + (size_t)q * d))[i];
+        }
+        #pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int i = base + u * blockDim.x;
+            if (i >= n4) continue;
+            double a[4] = {0.0, 0.0, 0.0, 0.0};
+            #pragma unroll
+            for (int q = 0; q < HC_MAX; q++) {
+                if (q < hc) {
+                    a[0] += pre[q] * (double)v[u][q].x;
+                    a[1] += pre[q] * (double)v[u][q].y;
+                    a[2] += pre[q] * (double)v[u][q].z;
+                    a[3] += pre[q] * (double)v[u][q].w;
+                }
+            }
+            *(float4*)(c + 4 * i) = make_float4((float)a[0], (float)a[1], (float)a[2], (float)a[3]);
+        }
+    }
+}
+
+// With the RMS norm after the collapse (norm_w not null; as hc_pre then
+// rms_norm_f32 over the collapsed row, the same bits): one block a token
+// collapses its whole row into shared memory, then normalizes it into
+// `collapsed`. grid (n), block 256, dynamic smem d floats.
+__device__ __forceinline__ void collapse_norm(const float* __restrict__ xt, const double* pre, int hc, int d,
+                                              const float* __restrict__ norm_w, float eps, const NormWeight& nw,
+                                              float* out) {
+    __shared__ double red[32];
+    float* c = (float*)xs_dyn;
+    collapse_row(xt, pre, hc, d, c);
+    __syncthreads();
+    rms_norm_row(c, out, norm_w, d, eps, red, nw);
+}
+
 // From the slice partials: pre and the collapsed input (block (t, y) its
-// 256 elements). grid (n, ceil(d/256)), block 256.
+// 256 elements; grid (n, ceil(d/256))), or with norm_w the collapsed input
+// normalized (collapse_norm; grid (n), dynamic smem d floats). Block 256.
 extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __restrict__ partials, int slices,
                                   int width, float norm_eps, const float* __restrict__ base,
                                   const float* __restrict__ scale, int hc, int d, float hc_eps,
-                                  float* __restrict__ collapsed) {
+                                  const float* __restrict__ norm_w, float* __restrict__ collapsed) {
     const int t = blockIdx.x, tid = threadIdx.x;
     float b_early = 0.0f, s_early = 0.0f;
     if (tid < hc) b_early = base[tid], s_early = scale[0];
+    NormWeight nw;
+    norm_weight_early(norm_w, d, nw);
     await_inputs();
     __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
@@ -130,6 +184,10 @@ extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __r
     slice_sums(partials + (size_t)t * slices * (nmix + 1), slices, nmix, hc + 1, width, norm_eps, m, &ss);
     if (tid < hc) pre_s[tid] = pre_weight(m[tid], s_early, b_early, hc_eps);
     __syncthreads();
+    if (norm_w) {
+        collapse_norm(x + (size_t)t * hc * d, pre_s, hc, d, norm_w, norm_eps, nw, collapsed + (size_t)t * d);
+        return;
+    }
     const int i = blockIdx.y * blockDim.x + tid;
     if (i < d) collapsed[(size_t)t * d + i] = collapse_one(x + (size_t)t * hc * d, pre_s, hc, d, i);
 }
@@ -239,14 +297,17 @@ extern "C" __global__ void hc_post(float* __restrict__ x, const float* __restric
 
 // Final collapse of selected tokens `rows[r]` into y[r, :], from their
 // slice partials (hc_mix_rows over hc_head's fn, nm = hc): pre only (no
-// Sinkhorn). grid (nrows, ceil(d/256)), block 256.
+// Sinkhorn); with norm_w, normalized as hc_pre does. grid (nrows,
+// ceil(d/256)), or (nrows) with norm_w and dynamic smem d floats; block 256.
 extern "C" __global__ void hc_head(const float* __restrict__ x, const int* __restrict__ rows,
                                    const double* __restrict__ partials, int slices, int width, float norm_eps,
                                    const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
-                                   float hc_eps, float* __restrict__ y) {
+                                   float hc_eps, const float* __restrict__ norm_w, float* __restrict__ y) {
     const int tid = threadIdx.x;
     float b_early = 0.0f, s_early = 0.0f;
     if (tid < hc) b_early = base[tid], s_early = scale[0];
+    NormWeight nw;
+    norm_weight_early(norm_w, d, nw);
     await_inputs();
     __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
@@ -254,6 +315,11 @@ extern "C" __global__ void hc_head(const float* __restrict__ x, const int* __res
     slice_sums(partials + (size_t)blockIdx.x * slices * (hc + 1), slices, hc, hc + 1, width, norm_eps, m, &ss);
     if (tid < hc) pre_s[tid] = pre_weight(m[tid], s_early, b_early, hc_eps);
     __syncthreads();
+    if (norm_w) {
+        collapse_norm(x + (size_t)rows[blockIdx.x] * hc * d, pre_s, hc, d, norm_w, norm_eps, nw,
+                      y + (size_t)blockIdx.x * d);
+        return;
+    }
     const int i = blockIdx.y * blockDim.x + threadIdx.x;
     if (i < d) y[(size_t)blockIdx.x * d + i] = collapse_one(x + (size_t)rows[blockIdx.x] * hc * d, pre_s, hc, d, i);
 }

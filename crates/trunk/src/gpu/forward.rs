@@ -14,7 +14,7 @@ use kvstate::StateStore;
 use super::device::{Buf, Gpu};
 use super::graph::{StepGraphs, StepKey};
 use super::profile::ProfileCell;
-use super::state::{hc_slices, GpuState, ScratchDims, HC_SLICE};
+use super::state::{collapse_shape, hc_slices, GpuState, ScratchDims, HC_SLICE};
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
 use crate::config::{AttnKind, Dsv4Config};
 pub use crate::cpu::ops::moe::MoeArm;
@@ -544,7 +544,7 @@ impl Dsv4Gpu {
         let rows: Vec<i32> = (0..n as i32).collect();
         g.write(&mut st.scratch[si].head_rows, &rows)?;
         let sc = &st.scratch[si];
-        self.hc_head(g, sc, hcw, sc.head_rows.ptr, n)?;
+        self.hc_head(g, sc, hcw, sc.head_rows.ptr, n, None)?;
         let collapsed = g.download(&sc.hy, n * d)?;
         self.norm(g, sc.hy.ptr, stage.norm.as_ref().expect("the last stage holds the final norm").ptr, n, d)?;
         self.lin(g, stage.head.as_ref().expect("the last stage holds the head"), sc.hy.ptr, sc.logits.ptr, n)?;
@@ -799,16 +799,25 @@ impl Dsv4Gpu {
 
     /// The head rows (`n` indices at the device address `rows`) of the
     /// streams collapsed into `sc.hy` (their mixes by `hc_mix_rows`, then
-    /// `hc_head`).
-    pub(super) fn hc_head(&self, g: &Gpu, sc: &super::state::Scratch, hcw: &DevHc, rows: u64, n: usize) -> Result<()> {
+    /// `hc_head`), and with `norm` (the final norm's weight) normalized.
+    pub(super) fn hc_head(
+        &self,
+        g: &Gpu,
+        sc: &super::state::Scratch,
+        hcw: &DevHc,
+        rows: u64,
+        n: usize,
+        norm: Option<u64>,
+    ) -> Result<()> {
         let c = &self.config;
         let (hc, d, eps) = (c.hc_mult, c.hidden_size, c.rms_norm_eps as f32);
         let slices = hc_slices(hc, d);
         launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, slices as u32, 1), HC_SLICE as u32, 0);
             sc.x.ptr, rows, hcw.fn_.ptr, (hc * d) as i32, hc as i32, sc.head_mix.ptr);
-        launch!(g, "hc_head", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
+        let (grid_y, smem) = collapse_shape(d, norm.is_some());
+        launch!(g, "hc_head", Gpu::cfg((n as u32, grid_y, 1), 256, smem);
             sc.x.ptr, rows, sc.head_mix.ptr, slices as i32, (hc * d) as i32, eps, hcw.base.ptr,
-            hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, sc.hy.ptr);
+            hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, norm.unwrap_or(0), sc.hy.ptr);
         Ok(())
     }
 
@@ -817,10 +826,21 @@ impl Dsv4Gpu {
     }
 
     /// The mixes of the streams `x` (per-slice partials in `mixes`), the
-    /// collapsed input into `out`, and on the side stream the Sinkhorn
-    /// mixes `mix` that `hc_post` reads.
+    /// collapsed input normalized by the block's RMS norm (weight `norm`)
+    /// into `out`, and on the side stream the Sinkhorn mixes `mix` that
+    /// `hc_post` reads.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn hc_pre(&self, g: &Gpu, hc: &DevHc, x: u64, mixes: u64, mix: u64, out: u64, n: usize) -> Result<()> {
+    pub(super) fn hc_pre(
+        &self,
+        g: &Gpu,
+        hc: &DevHc,
+        norm: u64,
+        x: u64,
+        mixes: u64,
+        mix: u64,
+        out: u64,
+        n: usize,
+    ) -> Result<()> {
         let c = &self.config;
         let (h, d, eps) = (c.hc_mult, c.hidden_size, c.rms_norm_eps as f32);
         let (nmix, slices, width) = ((2 + h) * h, hc_slices(h, d), (h * d) as i32);
@@ -831,8 +851,10 @@ impl Dsv4Gpu {
         launch!(g => side, "hc_sinkhorn", Gpu::cfg((n as u32, 1, 1), 256, 0);
             mixes, slices as i32, width, eps, hc.base.ptr, hc.scale.ptr, h as i32, c.hc_sinkhorn_iters as i32,
             c.hc_eps as f32, mix);
-        launch!(g, "hc_pre", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
-            x, mixes, slices as i32, width, eps, hc.base.ptr, hc.scale.ptr, h as i32, d as i32, c.hc_eps as f32, out);
+        let (grid_y, smem) = collapse_shape(d, true);
+        launch!(g, "hc_pre", Gpu::cfg((n as u32, grid_y, 1), 256, smem);
+            x, mixes, slices as i32, width, eps, hc.base.ptr, hc.scale.ptr, h as i32, d as i32, c.hc_eps as f32,
+            norm, out);
         Ok(())
     }
 
@@ -861,22 +883,18 @@ impl Dsv4Gpu {
         t0: usize,
         pass: Pass,
     ) -> Result<()> {
-        let c = &self.config;
         let stage = &self.stages[si];
         let g = &*stage.gpu;
-        let d = c.hidden_size;
         let sc = &st.scratch[si];
         // attention site
         self.mark(si, "hc")?;
-        self.hc_pre(g, &dl.hc_attn, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
-        self.norm(g, sc.h.ptr, dl.attn_norm.ptr, n, d)?;
+        self.hc_pre(g, &dl.hc_attn, dl.attn_norm.ptr, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.attention(st, si, l, dl, n, t0, pass)?;
         let sc = &st.scratch[si];
         self.mark(si, "hc")?;
         self.hc_post(g, sc.x.ptr, sc.a.ptr, None, sc.mix.ptr, n)?;
         // ffn site
-        self.hc_pre(g, &dl.hc_ffn, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
-        self.norm(g, sc.h.ptr, dl.ffn_norm.ptr, n, d)?;
+        self.hc_pre(g, &dl.hc_ffn, dl.ffn_norm.ptr, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
         self.moe(st, si, dl, ids, n)?;
         let sc = &st.scratch[si];
         self.mark(si, "hc")?;

@@ -388,8 +388,7 @@ impl Dsv4Gpu {
         let head = stage.head.as_ref().expect("the last stage holds the head");
         let norm = stage.norm.as_ref().expect("the last stage holds the final norm").ptr;
         let hcw = stage.hc_head.as_ref().expect("the last stage holds hc_head");
-        self.hc_head(g, sc, hcw, rows, cnt)?;
-        self.norm(g, sc.hy.ptr, norm, cnt, self.config.hidden_size)?;
+        self.hc_head(g, sc, hcw, rows, cnt, Some(norm))?;
         self.lin(g, head, sc.hy.ptr, sc.logits.ptr, cnt)?;
         if let Some(out) = argmax {
             launch!(g, "argmax_slices", Gpu::cfg((cnt as u32, ARGMAX_SLICES as u32, 1), 256, 0);

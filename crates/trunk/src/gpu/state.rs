@@ -75,6 +75,17 @@ pub fn hc_slices(hc: usize, d: usize) -> usize {
     (hc * d).div_ceil(HC_SLICE)
 }
 
+/// The grid's y and the dynamic shared bytes of `hc_pre` and `hc_head`
+/// (kernels/hc.cu) for hidden width `d`: with the norm folded in, one block
+/// a token stages its whole collapsed row; without, 256 elements a block.
+pub fn collapse_shape(d: usize, normed: bool) -> (u32, u32) {
+    if normed {
+        (1, (d * 4) as u32)
+    } else {
+        (d.div_ceil(256) as u32, 0)
+    }
+}
+
 /// Rows of logits computed per head launch.
 pub const LOGIT_ROWS: usize = 64;
 
