@@ -47,19 +47,23 @@ __device__ __forceinline__ void load_row4(const float* row, int hd, int lane, fl
 // The body of attention_rows: HPB heads of one token a block (blockIdx.y *
 // HPB ..), sharing each key row's loads, KEYS keys a warp loading at once;
 // each head's sums in the order above, so the outputs do not depend on HPB.
+// With OS = 2 the output's elements are split between the two blocks
+// blockIdx.z = 0, 1 (each computes every logit, then the weighted sums of
+// its half of the elements: lane l's float4s m = OQ z .. OQ z + OQ - 1):
+// the same sums, so the outputs do not depend on OS either.
 // Dynamic smem max(max_keys * (8 * HPB + 8), ATT_GROUPS / 2 * hd * 8)
 // bytes: the heads' logits (then weights) and the key row addresses,
-// reused for one head's partial outputs at a time.
-template <int HPB, int KEYS>
+// reused for one head's partial outputs at a time; red: 32 shared doubles
+// (the kernel's one static array, whatever instantiations it calls).
+template <int HPB, int KEYS, int OS>
 __device__ __forceinline__ void attention_heads(const float* __restrict__ q, const float* __restrict__ ring,
                                                 int ring_rows, const float* __restrict__ local,
                                                 const float* __restrict__ entries, const int* __restrict__ sel,
                                                 int topk, int mode, int ratio, int t0, int window,
                                                 const float* __restrict__ sinks, int hd, double scale,
                                                 const float* __restrict__ inv_freq, int npairs, int rope_pos0,
-                                                float* __restrict__ out) {
+                                                float* __restrict__ out, double* red) {
     extern __shared__ double logits[];  // HPB x nk logits, then nk key row addresses
-    __shared__ double red[32];
     const int t = blockIdx.x, h0 = blockIdx.y * HPB, heads = gridDim.y * HPB;
     const int p = t0 + t;
     const int first = mode == 3 ? max(0, t0 - window) : max(0, p - window + 1);
@@ -146,14 +150,16 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         denom[hh] = exp((double)sinks[h0 + hh] - mx) + block_sum(part, red);
     }
     // out = sum_j p_j k_j: warp g takes keys g, g + 16, ... in order (zero
-    // weights skipped), KEYS rows loading at once
-    double acc[HPB][4 * ATT_Q4];
+    // weights skipped), KEYS rows loading at once; this block's elements
+    // (float4s m0 .. m0 + OQ - 1 of each lane)
+    const int OQ = ATT_Q4 / OS, m0 = OQ * (OS > 1 ? (int)blockIdx.z : 0);
+    double acc[HPB][4 * OQ];
     #pragma unroll
     for (int hh = 0; hh < HPB; hh++)
         #pragma unroll
-        for (int e = 0; e < 4 * ATT_Q4; e++) acc[hh][e] = 0.0;
+        for (int e = 0; e < 4 * OQ; e++) acc[hh][e] = 0.0;
     for (int j0 = warp; j0 < nk; j0 += KEYS * ATT_GROUPS) {
-        float4 kv[KEYS][ATT_Q4];
+        float4 kv[KEYS][OQ];
         double pj[KEYS][HPB];
         #pragma unroll
         for (int u = 0; u < KEYS; u++) {
@@ -164,7 +170,12 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
                 pj[u][hh] = j < nk ? logits[hh * nk + j] : 0.0;
                 any = any || pj[u][hh] != 0.0;
             }
-            load_row4(any ? keys[j] : 0, hd, lane, kv[u]);
+            const float* row = any ? keys[j] : 0;
+            #pragma unroll
+            for (int m = 0; m < OQ; m++) {
+                const int e = 128 * (m0 + m) + 4 * lane;
+                kv[u][m] = row && e < hd ? *(const float4*)(row + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
         }
         #pragma unroll
         for (int u = 0; u < KEYS; u++) {
@@ -172,7 +183,7 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
             for (int hh = 0; hh < HPB; hh++) {
                 if (pj[u][hh] != 0.0) {
                     #pragma unroll
-                    for (int m = 0; m < ATT_Q4; m++) {
+                    for (int m = 0; m < OQ; m++) {
                         acc[hh][4 * m] += pj[u][hh] * (double)kv[u][m].x;
                         acc[hh][4 * m + 1] += pj[u][hh] * (double)kv[u][m].y;
                         acc[hh][4 * m + 2] += pj[u][hh] * (double)kv[u][m].z;
@@ -192,8 +203,8 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         __syncthreads();
         if (warp >= half) {
             #pragma unroll
-            for (int m = 0; m < ATT_Q4; m++) {
-                const int e = 128 * m + 4 * lane;
+            for (int m = 0; m < OQ; m++) {
+                const int e = 128 * (m0 + m) + 4 * lane;
                 if (e < hd) {
                     #pragma unroll
                     for (int c = 0; c < 4; c++) part_out[(size_t)(warp - half) * hd + e + c] = acc[hh][4 * m + c];
@@ -203,8 +214,8 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         __syncthreads();
         if (warp < half) {
             #pragma unroll
-            for (int m = 0; m < ATT_Q4; m++) {
-                const int e = 128 * m + 4 * lane;
+            for (int m = 0; m < OQ; m++) {
+                const int e = 128 * (m0 + m) + 4 * lane;
                 if (e < hd) {
                     #pragma unroll
                     for (int c = 0; c < 4; c++) {
@@ -216,17 +227,26 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         }
         __syncthreads();
         float* orow = out + ((size_t)t * heads + h0 + hh) * hd;
-        for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        const int e0 = 128 * m0, e1 = min(hd, 128 * (m0 + OQ));
+        for (int e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
             double s = 0.0;
             for (int g = 0; g < half; g++) s += part_out[(size_t)g * hd + e];
             orow[e] = (float)(s / denom[hh]);
         }
         __syncthreads();  // the row written above, rotated back (rope_rows inverse) in place
-        rope_row(orow + (hd - 2 * npairs), (float)(rope_pos0 + t), inv_freq, npairs, true);
+        // the pairs among this block's elements (a pair never straddles two blocks: e0, e1 even)
+        const int r0 = hd - 2 * npairs;
+        for (int i = threadIdx.x; i < npairs; i += blockDim.x) {
+            if (r0 + 2 * i < e0 || r0 + 2 * i >= e1) continue;
+            float c, sn;
+            rope_angle((float)(rope_pos0 + t), inv_freq[i], true, c, sn);
+            rotate_pair(&orow[r0 + 2 * i], &orow[r0 + 2 * i + 1], c, sn);
+        }
     }
 }
 
-// One head of one token a block: grid (n, heads), block 512 (ATT_GROUPS
+// One head of one token a block: grid (n, heads, 1 or 2: the output's
+// elements split in two, see attention_heads), block 512 (ATT_GROUPS
 // warps). Decode, and chunks too short to fill the SMs with attention_rows_h2.
 extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
                                           const float* __restrict__ local, const float* __restrict__ entries,
@@ -235,8 +255,13 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
                                           const float* __restrict__ inv_freq, int npairs, int rope_pos0,
                                           float* __restrict__ out) {
     await_inputs();
-    attention_heads<1, ATT_KEYS>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd,
-                                 scale, inv_freq, npairs, rope_pos0, out);
+    __shared__ double red[32];
+    if (gridDim.z == 2)
+        attention_heads<1, ATT_KEYS, 2>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks,
+                                        hd, scale, inv_freq, npairs, rope_pos0, out, red);
+    else
+        attention_heads<1, ATT_KEYS, 1>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks,
+                                        hd, scale, inv_freq, npairs, rope_pos0, out, red);
 }
 
 // Two heads of one token a block, each key row loaded once for both (the 64
@@ -250,8 +275,9 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
                                           const float* __restrict__ inv_freq, int npairs, int rope_pos0,
                                           float* __restrict__ out) {
     await_inputs();
-    attention_heads<2, 2>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd, scale,
-                          inv_freq, npairs, rope_pos0, out);
+    __shared__ double red[32];
+    attention_heads<2, 2, 1>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd, scale,
+                             inv_freq, npairs, rope_pos0, out, red);
 }
 
 // Append the last rows of a chunk to a ring: rows t with t >= n - ring_rows

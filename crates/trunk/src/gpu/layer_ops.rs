@@ -39,6 +39,11 @@ pub(super) const ATTENTION_GROUP_PARTIALS: usize = 8;
 /// HCA layer reaches it at about 375k positions).
 pub(super) const ATTENTION_MAX_KEYS: usize = ((48 << 10) - 32 * 8) / ATTENTION_SMEM_PER_KEY;
 
+/// Head widths above which `attention_rows` may split a head's output
+/// elements between two blocks (each takes 2 of a lane's 4 float4s, 256
+/// elements; kernels/attention.cu `attention_heads`).
+const ATTENTION_SPLIT_MIN_DIM: usize = 256;
+
 /// Keys `attention_rows_h2` (two heads a block, a logit per head) can hold
 /// in the same 48 KiB; with more, the launch takes one head a block.
 const ATTENTION_H2_MAX_KEYS: usize = ((48 << 10) - 32 * 8) / (ATTENTION_SMEM_PER_KEY + 8);
@@ -186,9 +191,12 @@ impl Dsv4Gpu {
         // still gives every SM two blocks and both heads' logits fit
         let two = nh % 2 == 0 && n * nh / 2 >= 2 * g.sm_count && max_keys <= ATTENTION_H2_MAX_KEYS;
         let (kernel, heads_per_block) = if two { ("attention_rows_h2", 2) } else { ("attention_rows", 1) };
+        // one head a block on at most half the SMs (decode): each head's
+        // output elements split between two blocks
+        let split = if !two && n * nh <= g.sm_count / 2 && hd > ATTENTION_SPLIT_MIN_DIM { 2 } else { 1 };
         let per_key = ATTENTION_SMEM_PER_KEY + 8 * (heads_per_block - 1);
         let smem = (max_keys * per_key).max(ATTENTION_GROUP_PARTIALS * hd * 8);
-        launch!(g, kernel, Gpu::cfg((n as u32, (nh / heads_per_block) as u32, 1), 512, smem as u32);
+        launch!(g, kernel, Gpu::cfg((n as u32, (nh / heads_per_block) as u32, split), 512, smem as u32);
             sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), rope, npairs,
             pos0, sc.attn.ptr);
