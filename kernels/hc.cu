@@ -2,13 +2,14 @@
 //
 // hc_mix_rows: per token, the mixes m = fn . (x / rms(x)) over the hc*d
 // streams (as per-slice partials). hc_pre: pre = sigmoid(m*s0 + b) + eps and
-// the collapsed input sum_j pre_j x_j. hc_sinkhorn: post = 2 sigmoid(m*s1 + b),
+// the collapsed input sum_j pre_j x_j, then the block's RMS norm of it.
+// hc_sinkhorn: post = 2 sigmoid(m*s1 + b),
 // comb = Sinkhorn(softmax_row(m*s2 + b) + eps); writes mix[t] =
 // [pre(hc) | post(hc) | comb(hc*hc)] in f64.
 // hc_post: x'_k = post_k * out + sum_j comb[j][k] x_j (in place), out the
 // block's output (for the MoE, its slots and shared expert combined here).
 // hc_head: the selected rows' mixes by hc_mix_rows, then pre only (no
-// Sinkhorn) and the collapse.
+// Sinkhorn) and the collapse (and the final norm where asked).
 // All in f64 with one rounding per output. The mixes' dot products are
 // summed per slice of HC_SLICE elements, then over the slices (the CPU
 // twin's f64 order differs from it only in rounding); the rest follows the
@@ -150,10 +151,10 @@ __device__ __forceinline__ void collapse_row(const float* __restrict__ xt, const
     }
 }
 
-// With the RMS norm after the collapse (norm_w not null; as hc_pre then
-// rms_norm_f32 over the collapsed row, the same bits): one block a token
-// collapses its whole row into shared memory, then normalizes it into
-// `collapsed`. grid (n), block 256, dynamic smem d floats.
+// The collapse and the RMS norm after it (as a collapse then rms_norm_f32
+// over the collapsed row, the same bits): one block a token collapses its
+// whole row into shared memory (d floats of the dynamic shared memory),
+// then normalizes it into `out`. All threads (256, rms_norm_f32's block).
 __device__ __forceinline__ void collapse_norm(const float* __restrict__ xt, const double* pre, int hc, int d,
                                               const float* __restrict__ norm_w, float eps, const NormWeight& nw,
                                               float* out) {
@@ -164,9 +165,9 @@ __device__ __forceinline__ void collapse_norm(const float* __restrict__ xt, cons
     rms_norm_row(c, out, norm_w, d, eps, red, nw);
 }
 
-// From the slice partials: pre and the collapsed input (block (t, y) its
-// 256 elements; grid (n, ceil(d/256))), or with norm_w the collapsed input
-// normalized (collapse_norm; grid (n), dynamic smem d floats). Block 256.
+// From the slice partials: pre and the collapsed input, normalized by the
+// block's RMS norm (collapse_norm; weight norm_w, none where null).
+// grid (n), block 256, dynamic smem d floats.
 extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __restrict__ partials, int slices,
                                   int width, float norm_eps, const float* __restrict__ base,
                                   const float* __restrict__ scale, int hc, int d, float hc_eps,
@@ -184,12 +185,7 @@ extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __r
     slice_sums(partials + (size_t)t * slices * (nmix + 1), slices, nmix, hc + 1, width, norm_eps, m, &ss);
     if (tid < hc) pre_s[tid] = pre_weight(m[tid], s_early, b_early, hc_eps);
     __syncthreads();
-    if (norm_w) {
-        collapse_norm(x + (size_t)t * hc * d, pre_s, hc, d, norm_w, norm_eps, nw, collapsed + (size_t)t * d);
-        return;
-    }
-    const int i = blockIdx.y * blockDim.x + tid;
-    if (i < d) collapsed[(size_t)t * d + i] = collapse_one(x + (size_t)t * hc * d, pre_s, hc, d, i);
+    collapse_norm(x + (size_t)t * hc * d, pre_s, hc, d, norm_w, norm_eps, nw, collapsed + (size_t)t * d);
 }
 
 // One Sinkhorn half-step on the hc x hc matrix a by warp 0 (lane l holds
