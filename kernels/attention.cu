@@ -236,12 +236,8 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         __syncthreads();  // the row written above, rotated back (rope_rows inverse) in place
         // the pairs among this block's elements (a pair never straddles two blocks: e0, e1 even)
         const int r0 = hd - 2 * npairs;
-        for (int i = threadIdx.x; i < npairs; i += blockDim.x) {
-            if (r0 + 2 * i < e0 || r0 + 2 * i >= e1) continue;
-            float c, sn;
-            rope_angle((float)(rope_pos0 + t), inv_freq[i], true, c, sn);
-            rotate_pair(&orow[r0 + 2 * i], &orow[r0 + 2 * i + 1], c, sn);
-        }
+        rope_pairs(orow + r0, (float)(rope_pos0 + t), inv_freq, max(0, (e0 - r0) / 2), min(npairs, (e1 - r0) / 2),
+                   true);
     }
 }
 

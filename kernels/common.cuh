@@ -534,10 +534,11 @@ __device__ __forceinline__ void rope_angle(float p, float f, bool inverse, float
     if (inverse) s = -s;
 }
 
-// RoPE of one row's rotated part r (npairs pairs) at position p.
-__device__ __forceinline__ void rope_row(float* r, float p, const float* __restrict__ inv_freq, int npairs,
-                                         bool inverse) {
-    for (int i = threadIdx.x; i < npairs; i += blockDim.x) {
+// RoPE of pairs i0 .. i1 - 1 of one row's rotated part r at position p
+// (pair i by thread i - i0, then i - i0 - blockDim, ...).
+__device__ __forceinline__ void rope_pairs(float* r, float p, const float* __restrict__ inv_freq, int i0, int i1,
+                                           bool inverse) {
+    for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
         float c, s;
         rope_angle(p, inv_freq[i], inverse, c, s);
         rotate_pair(&r[2 * i], &r[2 * i + 1], c, s);

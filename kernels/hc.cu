@@ -48,27 +48,23 @@ extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const int* _
     for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + i] : 0.0f;
     await_inputs();
     const double xv = in ? (double)x[(size_t)(rows ? rows[t] : t) * width + i] : 0.0;
-    double v = warp_sum(xv * xv);
-    if (lane == 0) red[warp][0] = v;
+    // the warp's sum of slot k: x^2 (k = 0) or row k - 1 of fn times x
+    auto warp_part = [&](int k, double prod) {
+        const double v = warp_sum(prod);
+        if (lane == 0) red[warp][k] = v;
+    };
+    warp_part(0, xv * xv);
     #pragma unroll
-    for (int u = 0; u < HC_MIX_EARLY; u++) {
-        if (u < nm) {
-            v = warp_sum((double)early[u] * xv);
-            if (lane == 0) red[warp][1 + u] = v;
-        }
-    }
+    for (int u = 0; u < HC_MIX_EARLY; u++)
+        if (u < nm) warp_part(1 + u, (double)early[u] * xv);
     // the rest: sixteen rows' loads in flight before their sums
     for (int j0 = HC_MIX_EARLY; j0 < nm; j0 += 16) {
         float fv[16];
         #pragma unroll
         for (int u = 0; u < 16; u++) fv[u] = in && j0 + u < nm ? fn[(size_t)(j0 + u) * width + i] : 0.0f;
         #pragma unroll
-        for (int u = 0; u < 16; u++) {
-            if (j0 + u < nm) {
-                v = warp_sum((double)fv[u] * xv);
-                if (lane == 0) red[warp][1 + j0 + u] = v;
-            }
-        }
+        for (int u = 0; u < 16; u++)
+            if (j0 + u < nm) warp_part(1 + j0 + u, (double)fv[u] * xv);
     }
     __syncthreads();
     double* out = partials + ((size_t)t * gridDim.y + s) * (nm + 1);
@@ -99,6 +95,19 @@ __device__ __forceinline__ void slice_sums(const double* __restrict__ p, int sli
     __syncthreads();
     const double r = 1.0 / sqrt(*ss / (double)width + (double)norm_eps);
     for (int v = threadIdx.x; v + 1 < nv; v += blockDim.x) m[v] *= r;
+    __syncthreads();
+}
+
+// pre_j for j < hc into pre_s (shared), from one token's slice partials p
+// (nm mixes a slice): slice_sums, then thread j's pre_weight with b_j and
+// s0 as the caller read them before its wait. Every thread; ends with a
+// barrier.
+__device__ __forceinline__ void pre_weights(const double* __restrict__ p, int slices, int nm, int hc, int width,
+                                            float norm_eps, float s0, float bj, float hc_eps, double* pre_s) {
+    __shared__ double m[HC_MAX];
+    __shared__ double ss;
+    slice_sums(p, slices, nm, hc + 1, width, norm_eps, m, &ss);
+    if ((int)threadIdx.x < hc) pre_s[threadIdx.x] = pre_weight(m[threadIdx.x], s0, bj, hc_eps);
     __syncthreads();
 }
 
@@ -178,13 +187,10 @@ extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __r
     NormWeight nw;
     norm_weight_early(norm_w, d, nw);
     await_inputs();
-    __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
-    __shared__ double ss;
     const int nmix = (2 + hc) * hc;
-    slice_sums(partials + (size_t)t * slices * (nmix + 1), slices, nmix, hc + 1, width, norm_eps, m, &ss);
-    if (tid < hc) pre_s[tid] = pre_weight(m[tid], s_early, b_early, hc_eps);
-    __syncthreads();
+    pre_weights(partials + (size_t)t * slices * (nmix + 1), slices, nmix, hc, width, norm_eps, s_early, b_early, hc_eps,
+                pre_s);
     collapse_norm(x + (size_t)t * hc * d, pre_s, hc, d, norm_w, norm_eps, nw, collapsed + (size_t)t * d);
 }
 
@@ -305,12 +311,9 @@ extern "C" __global__ void hc_head(const float* __restrict__ x, const int* __res
     NormWeight nw;
     norm_weight_early(norm_w, d, nw);
     await_inputs();
-    __shared__ double m[HC_MAX];
     __shared__ double pre_s[HC_MAX];
-    __shared__ double ss;
-    slice_sums(partials + (size_t)blockIdx.x * slices * (hc + 1), slices, hc, hc + 1, width, norm_eps, m, &ss);
-    if (tid < hc) pre_s[tid] = pre_weight(m[tid], s_early, b_early, hc_eps);
-    __syncthreads();
+    pre_weights(partials + (size_t)blockIdx.x * slices * (hc + 1), slices, hc, hc, width, norm_eps, s_early, b_early,
+                hc_eps, pre_s);
     if (norm_w) {
         collapse_norm(x + (size_t)rows[blockIdx.x] * hc * d, pre_s, hc, d, norm_w, norm_eps, nw,
                       y + (size_t)blockIdx.x * d);

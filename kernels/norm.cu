@@ -60,10 +60,11 @@ __device__ __forceinline__ void rms_norm_row(const float* xr, float* yr, const f
         const float4* w4 = (const float4*)w;
         float4* y4 = (float4*)yr;
         const int n4 = width >> 2;
-        for (int base = threadIdx.x; base < n4; base += 4 * blockDim.x) {
-            float4 v[4], g[4];
+        // NORM_W4 vectors a thread at a time: the first round's weights are nw's
+        for (int base = threadIdx.x; base < n4; base += NORM_W4 * blockDim.x) {
+            float4 v[NORM_W4], g[NORM_W4];
             #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < NORM_W4; u++) {
                 const int i = base + u * blockDim.x;
                 if (i < n4) {
                     v[u] = x4[i];
@@ -71,7 +72,7 @@ __device__ __forceinline__ void rms_norm_row(const float* xr, float* yr, const f
                 }
             }
             #pragma unroll
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < NORM_W4; u++) {
                 const int i = base + u * blockDim.x;
                 if (i < n4) y4[i] = make_float4(norm_one(v[u].x, r, g[u].x, w), norm_one(v[u].y, r, g[u].y, w),
                                                 norm_one(v[u].z, r, g[u].z, w), norm_one(v[u].w, r, g[u].w, w));
@@ -115,8 +116,5 @@ extern "C" __global__ void rms_norm_rope(float* x, const float* __restrict__ w, 
     __syncthreads();  // the normalized row, written by every thread, read back below
     float* r = xr + (width - 2 * npairs);
     if ((int)threadIdx.x < npairs) rotate_pair(&r[2 * threadIdx.x], &r[2 * threadIdx.x + 1], c, s);
-    for (int i = threadIdx.x + blockDim.x; i < npairs; i += blockDim.x) {
-        rope_angle(p, inv_freq[i], false, c, s);
-        rotate_pair(&r[2 * i], &r[2 * i + 1], c, s);
-    }
+    rope_pairs(r, p, inv_freq, blockDim.x, npairs, false);  // pairs past the block's first round
 }

@@ -9,5 +9,6 @@ extern "C" __global__ void rope_rows(float* __restrict__ x, int heads, int width
                                      int npairs, int pos0, int inverse) {
     await_inputs();
     const int row = blockIdx.x;
-    rope_row(x + (size_t)row * width + (width - 2 * npairs), (float)(pos0 + row / heads), inv_freq, npairs, inverse);
+    rope_pairs(x + (size_t)row * width + (width - 2 * npairs), (float)(pos0 + row / heads), inv_freq, 0, npairs,
+               inverse);
 }
