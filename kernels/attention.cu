@@ -51,11 +51,15 @@ __device__ __forceinline__ void load_row4(const float* row, int hd, int lane, fl
 // blockIdx.z = 0, 1 (each computes every logit, then the weighted sums of
 // its half of the elements: lane l's float4s m = OQ z .. OQ z + OQ - 1):
 // the same sums, so the outputs do not depend on OS either.
+// With PAIR (OS = 2, the two blocks one cluster) each block computes every
+// other round of KEYS * ATT_GROUPS logits (block z rounds z, z + 2, ...)
+// and stores each into both blocks' shared memory: the same logits, each
+// computed once.
 // Dynamic smem max(max_keys * (8 * HPB + 8), ATT_GROUPS / 2 * hd * 8)
 // bytes: the heads' logits (then weights) and the key row addresses,
 // reused for one head's partial outputs at a time; red: 32 shared doubles
 // (the kernel's one static array, whatever instantiations it calls).
-template <int HPB, int KEYS, int OS>
+template <int HPB, int KEYS, int OS, bool PAIR>
 __device__ __forceinline__ void attention_heads(const float* __restrict__ q, const float* __restrict__ ring,
                                                 int ring_rows, const float* __restrict__ local,
                                                 const float* __restrict__ entries, const int* __restrict__ sel,
@@ -90,9 +94,17 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
             qd[hh][4 * m + 3] = qv[m].w;
         }
     }
-    __syncthreads();
     // logits: each warp KEYS keys at a time, all their loads issued first
-    for (int j0 = warp; j0 < nk; j0 += KEYS * ATT_GROUPS) {
+    // (a pair: this block's rounds, after both blocks have started, so that
+    // the peer's shared memory can take them)
+    const int round = KEYS * ATT_GROUPS, rank = PAIR ? (int)blockIdx.z : 0;
+    if (PAIR) {
+        cluster_arrive();
+        cluster_wait();
+    } else {
+        __syncthreads();
+    }
+    for (int j0 = warp + rank * round; j0 < nk; j0 += (PAIR ? 2 : 1) * round) {
         float4 kv[KEYS][ATT_Q4];
         #pragma unroll
         for (int u = 0; u < KEYS; u++) {
@@ -128,12 +140,22 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
             for (int u = 0; u < KEYS; u++) {
                 const int j = j0 + u * ATT_GROUPS;
                 #pragma unroll
-                for (int hh = 0; hh < HPB; hh++)
-                    if (j < nk) logits[hh * nk + j] = keys[j] ? s[u][hh] * scale : -INFINITY;
+                for (int hh = 0; hh < HPB; hh++) {
+                    if (j < nk) {
+                        const double v = keys[j] ? s[u][hh] * scale : -INFINITY;
+                        logits[hh * nk + j] = v;
+                        if (PAIR) store_peer(logits + hh * nk + j, rank ^ 1, v);
+                    }
+                }
             }
         }
     }
-    __syncthreads();
+    if (PAIR) {  // both blocks' logits stored in both (the barrier orders the peer's stores)
+        cluster_arrive();
+        cluster_wait();
+    } else {
+        __syncthreads();
+    }
     double denom[HPB];
     #pragma unroll
     for (int hh = 0; hh < HPB; hh++) {
@@ -241,9 +263,8 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     }
 }
 
-// One head of one token a block: grid (n, heads, 1 or 2: the output's
-// elements split in two, see attention_heads), block 512 (ATT_GROUPS
-// warps). Decode, and chunks too short to fill the SMs with attention_rows_h2.
+// One head of one token a block: grid (n, heads), block 512 (ATT_GROUPS
+// warps). Chunks too short to fill the SMs with attention_rows_h2.
 extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
                                           const float* __restrict__ local, const float* __restrict__ entries,
                                           const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
@@ -252,12 +273,24 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
                                           float* __restrict__ out) {
     await_inputs();
     __shared__ double red[32];
-    if (gridDim.z == 2)
-        attention_heads<1, ATT_KEYS, 2>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks,
-                                        hd, scale, inv_freq, npairs, rope_pos0, out, red);
-    else
-        attention_heads<1, ATT_KEYS, 1>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks,
-                                        hd, scale, inv_freq, npairs, rope_pos0, out, red);
+    attention_heads<1, ATT_KEYS, 1, false>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window,
+                                           sinks, hd, scale, inv_freq, npairs, rope_pos0, out, red);
+}
+
+// One head of one token a cluster of two blocks (decode, where one head a
+// block would leave half the SMs idle): each block computes half of the
+// logits (stored in both) and the weighted sums of half of the output's
+// elements (attention_heads' PAIR and OS = 2). grid (n, heads, 2), block 512.
+extern "C" __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(512)
+    attention_rows_pair(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
+                        const float* __restrict__ local, const float* __restrict__ entries,
+                        const int* __restrict__ sel, int topk, int mode, int ratio, int t0, int window,
+                        const float* __restrict__ sinks, int hd, double scale, const float* __restrict__ inv_freq,
+                        int npairs, int rope_pos0, float* __restrict__ out) {
+    await_inputs();
+    __shared__ double red[32];
+    attention_heads<1, ATT_KEYS, 2, true>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window,
+                                          sinks, hd, scale, inv_freq, npairs, rope_pos0, out, red);
 }
 
 // Two heads of one token a block, each key row loaded once for both (the 64
@@ -272,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
                                           float* __restrict__ out) {
     await_inputs();
     __shared__ double red[32];
-    attention_heads<2, 2, 1>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd, scale,
+    attention_heads<2, 2, 1, false>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd, scale,
                              inv_freq, npairs, rope_pos0, out, red);
 }
 

@@ -57,6 +57,20 @@ __device__ __forceinline__ void await_inputs() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+// Thread block clusters (kernels declared with __cluster_dims__): a
+// barrier over every thread of the cluster's blocks, in two halves (arrive
+// releases this thread's writes, shared memory of the peers' included;
+// wait acquires the others'), and a store into block `rank`'s shared
+// memory at the address `p` has in this block's.
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ void store_peer(double* p, int rank, double v) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    unsigned r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+    asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(r), "d"(v) : "memory");
+}
+
 __device__ __forceinline__ float bf16_bits(u32 b) { return __uint_as_float(b << 16); }
 
 // E4M3 code -> value (NaN for S.1111.111).

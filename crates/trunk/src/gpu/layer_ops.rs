@@ -39,9 +39,9 @@ pub(super) const ATTENTION_GROUP_PARTIALS: usize = 8;
 /// HCA layer reaches it at about 375k positions).
 pub(super) const ATTENTION_MAX_KEYS: usize = ((48 << 10) - 32 * 8) / ATTENTION_SMEM_PER_KEY;
 
-/// Head widths above which `attention_rows` may split a head's output
-/// elements between two blocks (each takes 2 of a lane's 4 float4s, 256
-/// elements; kernels/attention.cu `attention_heads`).
+/// Head widths above which a head may be split between the two blocks of
+/// `attention_rows_pair` (each takes 2 of a lane's 4 float4s of the
+/// output, 256 elements; kernels/attention.cu `attention_heads`).
 const ATTENTION_SPLIT_MIN_DIM: usize = 256;
 
 /// Keys `attention_rows_h2` (two heads a block, a logit per head) can hold
@@ -190,10 +190,15 @@ impl Dsv4Gpu {
         // two heads a block (each key row loaded once for both) where that
         // still gives every SM two blocks and both heads' logits fit
         let two = nh % 2 == 0 && n * nh / 2 >= 2 * g.sm_count && max_keys <= ATTENTION_H2_MAX_KEYS;
-        let (kernel, heads_per_block) = if two { ("attention_rows_h2", 2) } else { ("attention_rows", 1) };
-        // one head a block on at most half the SMs (decode): each head's
-        // output elements split between two blocks
-        let split = if !two && n * nh <= g.sm_count / 2 && hd > ATTENTION_SPLIT_MIN_DIM { 2 } else { 1 };
+        // one head a block on at most half the SMs (decode): each head a
+        // cluster of two blocks, each computing half of the logits and half
+        // of the output's elements
+        let pair = !two && n * nh <= g.sm_count / 2 && hd > ATTENTION_SPLIT_MIN_DIM;
+        let (kernel, heads_per_block, split) = match (two, pair) {
+            (true, _) => ("attention_rows_h2", 2, 1),
+            (false, true) => ("attention_rows_pair", 1, 2),
+            (false, false) => ("attention_rows", 1, 1),
+        };
         let per_key = ATTENTION_SMEM_PER_KEY + 8 * (heads_per_block - 1);
         let smem = (max_keys * per_key).max(ATTENTION_GROUP_PARTIALS * hd * 8);
         launch!(g, kernel, Gpu::cfg((n as u32, (nh / heads_per_block) as u32, split), 512, smem as u32);
@@ -466,13 +471,15 @@ mod tests {
         // (a logit and the row's address), 24 for two
         assert_eq!(super::ATTENTION_MAX_KEYS, 3056);
         assert_eq!(super::ATTENTION_H2_MAX_KEYS, 2037);
-        // the kernels' head counts: attention_rows one, attention_rows_h2 two
+        // the kernels' head counts: attention_rows and attention_rows_pair one,
+        // attention_rows_h2 two
         let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == "attention.cu").unwrap().1;
         let body = |entry: &str| {
             let at = src.find(&format!(" {entry}(")).unwrap();
             src[at..].split("attention_heads<").nth(1).unwrap().split(',').next().unwrap().to_string()
         };
         assert_eq!(body("attention_rows"), "1");
+        assert_eq!(body("attention_rows_pair"), "1");
         assert_eq!(body("attention_rows_h2"), "2");
     }
 

@@ -44,6 +44,7 @@ pub const KERNELS: &[&str] = &[
     "kv_fp8_rows",
     "indexer_rows",
     "attention_rows",
+    "attention_rows_pair",
     "attention_rows_h2",
     "ring_append",
     "compress_pool",
