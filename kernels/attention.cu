@@ -47,19 +47,17 @@ __device__ __forceinline__ void load_row4(const float* row, int hd, int lane, fl
 // The body of attention_rows: HPB heads of one token a block (blockIdx.y *
 // HPB ..), sharing each key row's loads, KEYS keys a warp loading at once;
 // each head's sums in the order above, so the outputs do not depend on HPB.
-// With OS = 2 the output's elements are split between the two blocks
-// blockIdx.z = 0, 1 (each computes every logit, then the weighted sums of
-// its half of the elements: lane l's float4s m = OQ z .. OQ z + OQ - 1):
-// the same sums, so the outputs do not depend on OS either.
-// With PAIR (OS = 2, the two blocks one cluster) each block computes every
-// other round of KEYS * ATT_GROUPS logits (block z rounds z, z + 2, ...)
-// and stores each into both blocks' shared memory: the same logits, each
-// computed once.
+// With CL = 2 the two blocks blockIdx.z = 0, 1 are one cluster sharing the
+// heads: block z computes rounds z, z + 2, ... of KEYS * ATT_GROUPS logits
+// and stores each into both blocks' shared memory, then the weighted sums
+// of its half of the output's elements (lane l's float4s m = OQ z .. OQ z
+// + OQ - 1, OQ = ATT_Q4 / CL): each logit and each element the same sum
+// whichever block forms it, so the outputs do not depend on CL either.
 // Dynamic smem max(max_keys * (8 * HPB + 8), ATT_GROUPS / 2 * hd * 8)
 // bytes: the heads' logits (then weights) and the key row addresses,
 // reused for one head's partial outputs at a time; red: 32 shared doubles
 // (the kernel's one static array, whatever instantiations it calls).
-template <int HPB, int KEYS, int OS, bool PAIR>
+template <int HPB, int KEYS, int CL>
 __device__ __forceinline__ void attention_heads(const float* __restrict__ q, const float* __restrict__ ring,
                                                 int ring_rows, const float* __restrict__ local,
                                                 const float* __restrict__ entries, const int* __restrict__ sel,
@@ -95,16 +93,16 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         }
     }
     // logits: each warp KEYS keys at a time, all their loads issued first
-    // (a pair: this block's rounds, after both blocks have started, so that
-    // the peer's shared memory can take them)
-    const int round = KEYS * ATT_GROUPS, rank = PAIR ? (int)blockIdx.z : 0;
-    if (PAIR) {
+    // (in a cluster: this block's rounds, after every block has started, so
+    // that the others' shared memory can take them)
+    const int round = KEYS * ATT_GROUPS, rank = CL > 1 ? (int)blockIdx.z : 0;
+    if (CL > 1) {
         cluster_arrive();
         cluster_wait();
     } else {
         __syncthreads();
     }
-    for (int j0 = warp + rank * round; j0 < nk; j0 += (PAIR ? 2 : 1) * round) {
+    for (int j0 = warp + rank * round; j0 < nk; j0 += CL * round) {
         float4 kv[KEYS][ATT_Q4];
         #pragma unroll
         for (int u = 0; u < KEYS; u++) {
@@ -144,13 +142,14 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
                     if (j < nk) {
                         const double v = keys[j] ? s[u][hh] * scale : -INFINITY;
                         logits[hh * nk + j] = v;
-                        if (PAIR) store_peer(logits + hh * nk + j, rank ^ 1, v);
+                        #pragma unroll
+                        for (int r = 1; r < CL; r++) store_peer(logits + hh * nk + j, rank ^ r, v);
                     }
                 }
             }
         }
     }
-    if (PAIR) {  // both blocks' logits stored in both (the barrier orders the peer's stores)
+    if (CL > 1) {  // every block's logits stored in all (the barrier orders the others' stores)
         cluster_arrive();
         cluster_wait();
     } else {
@@ -174,7 +173,7 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     // out = sum_j p_j k_j: warp g takes keys g, g + 16, ... in order (zero
     // weights skipped), KEYS rows loading at once; this block's elements
     // (float4s m0 .. m0 + OQ - 1 of each lane)
-    const int OQ = ATT_Q4 / OS, m0 = OQ * (OS > 1 ? (int)blockIdx.z : 0);
+    const int OQ = ATT_Q4 / CL, m0 = OQ * rank;
     double acc[HPB][4 * OQ];
     #pragma unroll
     for (int hh = 0; hh < HPB; hh++)
@@ -273,14 +272,14 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
                                           float* __restrict__ out) {
     await_inputs();
     __shared__ double red[32];
-    attention_heads<1, ATT_KEYS, 1, false>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window,
-                                           sinks, hd, scale, inv_freq, npairs, rope_pos0, out, red);
+    attention_heads<1, ATT_KEYS, 1>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks,
+                                    hd, scale, inv_freq, npairs, rope_pos0, out, red);
 }
 
 // One head of one token a cluster of two blocks (decode, where one head a
 // block would leave half the SMs idle): each block computes half of the
 // logits (stored in both) and the weighted sums of half of the output's
-// elements (attention_heads' PAIR and OS = 2). grid (n, heads, 2), block 512.
+// elements (attention_heads' CL = 2). grid (n, heads, 2), block 512.
 extern "C" __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(512)
     attention_rows_pair(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
                         const float* __restrict__ local, const float* __restrict__ entries,
@@ -289,8 +288,8 @@ extern "C" __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(512)
                         int npairs, int rope_pos0, float* __restrict__ out) {
     await_inputs();
     __shared__ double red[32];
-    attention_heads<1, ATT_KEYS, 2, true>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window,
-                                          sinks, hd, scale, inv_freq, npairs, rope_pos0, out, red);
+    attention_heads<1, ATT_KEYS, 2>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks,
+                                    hd, scale, inv_freq, npairs, rope_pos0, out, red);
 }
 
 // Two heads of one token a block, each key row loaded once for both (the 64
@@ -305,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
                                           float* __restrict__ out) {
     await_inputs();
     __shared__ double red[32];
-    attention_heads<2, 2, 1, false>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd, scale,
+    attention_heads<2, 2, 1>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd, scale,
                              inv_freq, npairs, rope_pos0, out, red);
 }
 
