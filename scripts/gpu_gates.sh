@@ -2,7 +2,7 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: quick gates flash hostcache fixtures park perf prefill prefill_kernels kernels spec dspark split deep boundary peer
+# sections: quick ab gates flash hostcache fixtures park perf prefill prefill_kernels kernels spec dspark split deep boundary peer
 # (default: gates); split, deep and boundary need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
@@ -153,6 +153,16 @@ prefill() { # prefill 4096 at flash shape (4 layers), against BASE (another memr
   # chunk gate at flash shape with a width whose products and experts take the prefill kernels
   roofline_runs "roofline prefill 4096" "^(decode b1|prefill|breakdown prefill)" 3 \
     --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
+  step "chunks flash4 exact 1,256" $M gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 256 \
+    --widths 1,256 --out $OUT/chunks_flash4.json
+}
+ab() { # MEMRA against BASE at decode 1k, ROUNDS (default 3) rooflines of each, alternating: one
+  # build's rooflines spread by up to ~0.03 ms between processes, so a change is judged on several
+  # pairs and on its breakdown lines; then the flash-shape chunk gate (decode == prefill, bit for bit)
+  [ -n "${BASE:-}" ] || { echo "ab: set BASE to the memra to compare against" | tee -a "$SUMMARY"; return; }
+  for r in $(seq "${ROUNDS:-3}"); do
+    roofline_runs "roofline 1k round $r" "^(decode b1|breakdown decode)" 2 --layers 4 --contexts 1024 --prefill 0
+  done
   step "chunks flash4 exact 1,256" $M gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 256 \
     --widths 1,256 --out $OUT/chunks_flash4.json
 }
