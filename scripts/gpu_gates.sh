@@ -149,12 +149,15 @@ prefill_kernels() { # Nsight Compute on the prefill's group kernels (layer 0 of 
   grep -E '^  [a-z_]+.*\(|Duration|Registers Per|Achieved Occupancy|Warp Cycles Per Issued|stalled_(short|long)_scoreboard|L1/TEX Cache Throughput|DRAM Throughput' \
     $OUT/ncu_prefill_groups.txt | tee -a "$SUMMARY"
 }
-prefill() { # prefill 4096 at flash shape (4 layers), against BASE (another memra) if set, and the
-  # chunk gate at flash shape with a width whose products and experts take the prefill kernels
-  roofline_runs "roofline prefill 4096" "^(decode b1|prefill|breakdown prefill)" 3 \
-    --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
+chunks_flash4() { # the chunk gate at flash shape with a width whose products and experts take the prefill kernels
   step "chunks flash4 exact 1,256" $M gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 256 \
     --widths 1,256 --out $OUT/chunks_flash4.json
+}
+prefill() { # prefill 4096 at flash shape (4 layers), against BASE (another memra) if set, and the
+  # chunk gate at flash shape (chunks_flash4)
+  roofline_runs "roofline prefill 4096" "^(decode b1|prefill|breakdown prefill)" 3 \
+    --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
+  chunks_flash4
 }
 ab() { # MEMRA against BASE at decode 1k, ROUNDS (default 3) rooflines of each, alternating: one
   # build's rooflines spread by up to ~0.03 ms between processes, so a change is judged on several
@@ -163,8 +166,7 @@ ab() { # MEMRA against BASE at decode 1k, ROUNDS (default 3) rooflines of each, 
   for r in $(seq "${ROUNDS:-3}"); do
     roofline_runs "roofline 1k round $r" "^(decode b1|breakdown decode)" 2 --layers 4 --contexts 1024 --prefill 0
   done
-  step "chunks flash4 exact 1,256" $M gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 256 \
-    --widths 1,256 --out $OUT/chunks_flash4.json
+  chunks_flash4
 }
 perf() {
   step "roofline flash-shape 4 layers" $M bench roofline --layers 4 --out $OUT/roofline.json
