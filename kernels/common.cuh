@@ -262,6 +262,33 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
+// One step of warp_sums32: of the 2 O values v[0 .. 2 O), the lane keeps
+// the half its bit O selects and adds the partner's (lane ^ O) same half,
+// into v[0 .. O).
+template <int O>
+__device__ __forceinline__ void reduce_scatter_step(double* v) {
+    const bool hi = (threadIdx.x & O) != 0;
+    #pragma unroll
+    for (int i = 0; i < O; i++) {
+        const double lo_half = v[i], hi_half = v[i + O];
+        const double keep = hi ? hi_half : lo_half, send = hi ? lo_half : hi_half;
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, O);
+    }
+}
+
+// warp_sum of 32 values a lane at once, as a reduce-scatter (steps at
+// O = 16, 8, 4, 2, 1). The pairs and their order are warp_sum's, so each
+// total has warp_sum's bits, with 31 shuffles in place of 160. Lane l is
+// left with the total of value l (returned).
+__device__ __forceinline__ double warp_sums32(double (&v)[32]) {
+    reduce_scatter_step<16>(v);
+    reduce_scatter_step<8>(v);
+    reduce_scatter_step<4>(v);
+    reduce_scatter_step<2>(v);
+    reduce_scatter_step<1>(v);
+    return v[0];
+}
+
 // Eight 16-byte loads in flight: v[u] = x4[base + u * blockDim.x] for
 // those below n4 (the others are left as they are).
 __device__ __forceinline__ void load_vec8(const float4* x4, int n4, int base, float4* v) {

@@ -1,15 +1,16 @@
 // hc.cu — manifold-constrained hyper-connections   (CPU twin: cpu/ops/hc.rs)
 //
-// hc_mix_rows: per token, the mixes m = fn . (x / rms(x)) over the hc*d
-// streams (as per-slice partials). hc_pre: pre = sigmoid(m*s0 + b) + eps and
-// the collapsed input sum_j pre_j x_j, then the block's RMS norm of it.
-// hc_sinkhorn: post = 2 sigmoid(m*s1 + b),
-// comb = Sinkhorn(softmax_row(m*s2 + b) + eps); writes mix[t] =
+// One launch a site (hc_site): the post of the block before it where there
+// is one, x'_k = post_k * out + sum_j comb[j][k] x_j; the mixes
+// m = fn . (x' / rms(x')) over the hc*d streams (as per-slice partials);
+// then, in the last block of each token, pre = sigmoid(m*s0 + b) + eps, the
+// collapsed input sum_j pre_j x'_j and the block's RMS norm of it (or, at
+// the head, the final collapse of selected rows, normed or not).
+// hc_sinkhorn (beside the block, on a second stream): post = 2 sigmoid(m*s1
+// + b), comb = Sinkhorn(softmax_row(m*s2 + b) + eps); writes mix[t] =
 // [pre(hc) | post(hc) | comb(hc*hc)] in f64.
-// hc_post: x'_k = post_k * out + sum_j comb[j][k] x_j (in place), out the
-// block's output (for the MoE, its slots and shared expert combined here).
-// hc_head: the selected rows' mixes by hc_mix_rows, then pre only (no
-// Sinkhorn) and the collapse (and the final norm where asked).
+// hc_post: the post alone (the end of a layer; the MoE's slots and shared
+// expert combined here).
 // All in f64 with one rounding per output. The mixes' dot products are
 // summed per slice of HC_SLICE elements, then over the slices (the CPU
 // twin's f64 order differs from it only in rounding); the rest follows the
@@ -17,7 +18,7 @@
 
 #define HC_MAX 8
 #define HC_MIX_MAX ((2 + HC_MAX) * HC_MAX)
-// Elements of the flat streams per hc_mix_rows block (its block size).
+// Elements of the flat streams per hc_site block (its block size).
 #define HC_SLICE 256
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -27,65 +28,18 @@ __device__ __forceinline__ double pre_weight(double mj, float s0, float bj, floa
     return sigmoid_d(mj * (double)s0 + (double)bj) + (double)hc_eps;
 }
 
-// Per-slice partials of the mixes: block (t, s) takes the flat elements
-// s * HC_SLICE + tid of row r = rows[t] (t where rows is null) and writes
-// partials[t, s] = [sum x^2 | fn_0 . x | ... | fn_{nm-1} . x] over its
-// slice (nm + 1 values; each a warp butterfly, then the warps in order).
-// The mixes are these summed over the slices (slice_sums), times 1/rms.
-// grid (n, ceil(width / HC_SLICE)), block HC_SLICE.
-// The first HC_MIX_EARLY rows of fn (all of them for hc <= 4) are read
-// before the kernel waits for its inputs.
-#define HC_MIX_EARLY 24
-extern "C" __global__ void hc_mix_rows(const float* __restrict__ x, const int* __restrict__ rows,
-                                       const float* __restrict__ fn, int width, int nm,
-                                       double* __restrict__ partials) {
-    __shared__ double red[HC_SLICE / 32][HC_MIX_MAX + 1];
-    const int t = blockIdx.x, s = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int i = s * HC_SLICE + threadIdx.x;
-    const bool in = i < width;
-    float early[HC_MIX_EARLY];
-    #pragma unroll
-    for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + i] : 0.0f;
-    await_inputs();
-    const double xv = in ? (double)x[(size_t)(rows ? rows[t] : t) * width + i] : 0.0;
-    // the warp's sum of slot k: x^2 (k = 0) or row k - 1 of fn times x
-    auto warp_part = [&](int k, double prod) {
-        const double v = warp_sum(prod);
-        if (lane == 0) red[warp][k] = v;
-    };
-    warp_part(0, xv * xv);
-    #pragma unroll
-    for (int u = 0; u < HC_MIX_EARLY; u++)
-        if (u < nm) warp_part(1 + u, (double)early[u] * xv);
-    // the rest: sixteen rows' loads in flight before their sums
-    for (int j0 = HC_MIX_EARLY; j0 < nm; j0 += 16) {
-        float fv[16];
-        #pragma unroll
-        for (int u = 0; u < 16; u++) fv[u] = in && j0 + u < nm ? fn[(size_t)(j0 + u) * width + i] : 0.0f;
-        #pragma unroll
-        for (int u = 0; u < 16; u++)
-            if (j0 + u < nm) warp_part(1 + j0 + u, (double)fv[u] * xv);
-    }
-    __syncthreads();
-    double* out = partials + ((size_t)t * gridDim.y + s) * (nm + 1);
-    for (int k = threadIdx.x; k <= nm; k += blockDim.x) {
-        double acc = 0.0;
-        for (int w = 0; w < HC_SLICE / 32; w++) acc += red[w][k];
-        out[k] = acc;
-    }
-}
-
 // Values 0 .. nv-1 of one token's slice partials (stride nm + 1), summed
 // over the slices: lane l takes slices l, l + 32, ... in order, then the
 // butterfly; warp w of the block sums values w, w + nwarps, ... Writes the
 // mixes (times 1/rms of the width values) to m[0 .. nv-2]. Every block that
-// calls it gets the same bits. Ends with a barrier.
+// calls it gets the same bits. The partials are read through L2 (other
+// blocks of the same launch wrote them). Ends with a barrier.
 __device__ __forceinline__ void slice_sums(const double* __restrict__ p, int slices, int nm, int nv, int width,
                                            float norm_eps, double* m, double* ss) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     for (int v = warp; v < nv; v += nwarps) {
         double acc = 0.0;
-        for (int s = lane; s < slices; s += 32) acc += p[(size_t)s * (nm + 1) + v];
+        for (int s = lane; s < slices; s += 32) acc += __ldcg(p + (size_t)s * (nm + 1) + v);
         acc = warp_sum(acc);
         if (lane == 0) {
             if (v == 0) *ss = acc;
@@ -111,24 +65,19 @@ __device__ __forceinline__ void pre_weights(const double* __restrict__ p, int sl
     __syncthreads();
 }
 
-// sum_j pre_j x_j for element i of token row xt (hc streams of d).
-__device__ __forceinline__ float collapse_one(const float* __restrict__ xt, const double* pre, int hc, int d, int i) {
-    float xv[HC_MAX];
-    #pragma unroll
-    for (int q = 0; q < HC_MAX; q++) xv[q] = q < hc ? xt[(size_t)q * d + i] : 0.0f;
-    double acc = 0.0;
-    #pragma unroll
-    for (int q = 0; q < HC_MAX; q++)
-        if (q < hc) acc += pre[q] * (double)xv[q];
-    return (float)acc;
-}
-
-// The whole collapsed row of token row xt into c (shared memory, d
-// floats): collapse_one's sums, each thread's float4s of every stream
-// loading at once. All threads; the caller syncs.
+// The whole collapsed row of token row xt into c (d floats): element i is
+// sum_j pre_j x_j[i] in f64, in j order, rounded once; each thread's float4s
+// of every stream loading at once, through L2 (other blocks of the launch
+// wrote the streams). All threads; the caller syncs.
 __device__ __forceinline__ void collapse_row(const float* __restrict__ xt, const double* pre, int hc, int d, float* c) {
-    if ((d & 3) != 0 || (((size_t)xt) & 15) != 0) {
-        for (int i = threadIdx.x; i < d; i += blockDim.x) c[i] = collapse_one(xt, pre, hc, d, i);
+    if ((d & 3) != 0 || (((size_t)xt) & 15) != 0 || (((size_t)c) & 15) != 0) {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            double acc = 0.0;
+            #pragma unroll
+            for (int q = 0; q < HC_MAX; q++)
+                if (q < hc) acc += pre[q] * (double)__ldcg(xt + (size_t)q * d + i);
+            c[i] = (float)acc;
+        }
         return;
     }
     const int n4 = d >> 2;
@@ -139,7 +88,7 @@ __device__ __forceinline__ void collapse_row(const float* __restrict__ xt, const
             const int i = base + u * blockDim.x;
             #pragma unroll
             for (int q = 0; q < HC_MAX; q++)
-                if (q < hc && i < n4) v[u][q] = ((const float4*)(xt + (size_t)q * d))[i];
+                if (q < hc && i < n4) v[u][q] = __ldcg((const float4*)(xt + (size_t)q * d) + i);
         }
         #pragma unroll
         for (int u = 0; u < 2; u++) {
@@ -174,24 +123,125 @@ __device__ __forceinline__ void collapse_norm(const float* __restrict__ xt, cons
     rms_norm_row(c, out, norm_w, d, eps, red, nw);
 }
 
-// From the slice partials: pre and the collapsed input, normalized by the
-// block's RMS norm (collapse_norm; weight norm_w, none where null).
-// grid (n), block 256, dynamic smem d floats.
-extern "C" __global__ void hc_pre(const float* __restrict__ x, const double* __restrict__ partials, int slices,
-                                  int width, float norm_eps, const float* __restrict__ base,
-                                  const float* __restrict__ scale, int hc, int d, float hc_eps,
-                                  const float* __restrict__ norm_w, float* __restrict__ collapsed) {
-    const int t = blockIdx.x, tid = threadIdx.x;
+// The output of the block before a site at element i of token t: `out`,
+// or (where `slots` is not null) the MoE's k slot outputs and the shared
+// expert's (in `out`; left out where skip_shared) summed in f64, rounded
+// once.
+__device__ __forceinline__ float block_output(const float* __restrict__ out, const float* __restrict__ slots, int k,
+                                              int skip_shared, int t, int d, int i) {
+    if (!slots) return out[(size_t)t * d + i];
+    double acc = 0.0;
+    for (int s = 0; s < k; s++) acc += (double)slots[((size_t)t * k + s) * d + i];
+    if (!skip_shared) acc += (double)out[(size_t)t * d + i];
+    return (float)acc;
+}
+
+// Stream k of the post at one element: post_k * o + sum_j comb[j][k] x_j,
+// from the mixes m of the site before (hc_sinkhorn's layout) and the old
+// streams' values x_j.
+__device__ __forceinline__ float post_stream(const double* __restrict__ m, int hc, int k, double o, const float* old) {
+    double acc = m[hc + k] * o;
+    #pragma unroll
+    for (int j = 0; j < HC_MAX; j++)
+        if (j < hc) acc += m[2 * hc + j * hc + k] * (double)old[j];
+    return (float)acc;
+}
+
+// The first HC_MIX_EARLY rows of fn (all of them for hc <= 4) are read
+// before the kernel waits for its inputs.
+#define HC_MIX_EARLY 24
+
+// One site's hyper-connection work in one launch. grid (n, slices), block
+// HC_SLICE, dynamic shared memory d floats where norm_w is set. Block
+// (t, s) takes the flat element e = s * HC_SLICE + tid of token t's
+// streams (row rows[t] of x_in, or t where rows is null):
+// - with mix_prev (the site before's mixes): the post of the block before
+//   (out, slots, k, skip_shared as block_output) from x_in into x_out,
+//   which must be another buffer (other blocks still read the old
+//   streams); without, x' is x_in's element (rows only here: the head);
+// - the slice's mix partials [sum x'^2 | fn_0 . x' | ... | fn_{nm-1} . x']
+//   into partials[t, s] (each a warp butterfly, then the warps in order);
+// - the last of token t's blocks to finish (an atomic count in done[t],
+//   which that block sets back to 0): pre from the partials summed over
+//   the slices, then the collapsed row sum_j pre_j x'_j into y[t],
+//   normalized by the RMS norm with weight norm_w where it is set.
+extern "C" __global__ void hc_site(const float* __restrict__ x_in, float* __restrict__ x_out,
+                                   const int* __restrict__ rows, const float* __restrict__ out,
+                                   const float* __restrict__ slots, int k, int skip_shared,
+                                   const double* __restrict__ mix_prev, const float* __restrict__ fn, int nm,
+                                   double* __restrict__ partials, unsigned* __restrict__ done, float norm_eps,
+                                   const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
+                                   float hc_eps, const float* __restrict__ norm_w, float* __restrict__ y) {
+    __shared__ double red[HC_SLICE / 32][HC_MIX_MAX + 1];
+    __shared__ unsigned ticket;
+    const int t = blockIdx.x, s = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int width = hc * d, e = s * HC_SLICE + tid;
+    const bool in = e < width;
+    float early[HC_MIX_EARLY];
+    #pragma unroll
+    for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + e] : 0.0f;
     float b_early = 0.0f, s_early = 0.0f;
     if (tid < hc) b_early = base[tid], s_early = scale[0];
     NormWeight nw;
     norm_weight_early(norm_w, d, nw);
     await_inputs();
+    const size_t row = rows ? (size_t)rows[t] : (size_t)t;
+    float xf = 0.0f;
+    if (in) {
+        const float* xt = x_in + row * width;
+        if (mix_prev) {
+            const int q = e / d, i = e % d;
+            float old[HC_MAX];
+            #pragma unroll
+            for (int j = 0; j < HC_MAX; j++) old[j] = j < hc ? xt[(size_t)j * d + i] : 0.0f;
+            const double o = block_output(out, slots, k, skip_shared, t, d, i);
+            xf = post_stream(mix_prev + (size_t)t * (2 + hc) * hc, hc, q, o, old);
+            x_out[row * width + e] = xf;
+        } else {
+            xf = xt[e];
+        }
+    }
+    const double xv = xf;
+    // slot 0: x'^2, slot 1 + u: row u of fn times x'; 32 slots a round
+    double v[32];
+    v[0] = xv * xv;
+    #pragma unroll
+    for (int u = 0; u < 31; u++) {
+        const float f = u < HC_MIX_EARLY ? early[u] : (in && u < nm ? fn[(size_t)u * width + e] : 0.0f);
+        v[1 + u] = u < nm ? (double)f * xv : 0.0;
+    }
+    double sum = warp_sums32(v);
+    if (lane <= nm) red[warp][lane] = sum;
+    for (int g = 32; g <= nm; g += 32) {
+        #pragma unroll
+        for (int j = 0; j < 32; j++) {
+            const int u = g + j - 1;
+            v[j] = u < nm ? (double)(in ? fn[(size_t)u * width + e] : 0.0f) * xv : 0.0;
+        }
+        sum = warp_sums32(v);
+        if (g + lane <= nm) red[warp][g + lane] = sum;
+    }
+    __syncthreads();
+    double* part = partials + ((size_t)t * gridDim.y + s) * (nm + 1);
+    for (int q = tid; q <= nm; q += blockDim.x) {
+        double acc = 0.0;
+        for (int w = 0; w < HC_SLICE / 32; w++) acc += red[w][q];
+        part[q] = acc;
+    }
+    // the last block of the token: every block's partials and streams are written
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) ticket = atomicAdd(done + t, 1u);
+    __syncthreads();
+    if (ticket + 1 != gridDim.y) return;
+    if (tid == 0) done[t] = 0;
+    __threadfence();
     __shared__ double pre_s[HC_MAX];
-    const int nmix = (2 + hc) * hc;
-    pre_weights(partials + (size_t)t * slices * (nmix + 1), slices, nmix, hc, width, norm_eps, s_early, b_early, hc_eps,
-                pre_s);
-    collapse_norm(x + (size_t)t * hc * d, pre_s, hc, d, norm_w, norm_eps, nw, collapsed + (size_t)t * d);
+    pre_weights(partials + (size_t)t * gridDim.y * (nm + 1), gridDim.y, nm, hc, width, norm_eps, s_early, b_early,
+                hc_eps, pre_s);
+    const float* xc = (mix_prev ? x_out : x_in) + row * width;
+    if (norm_w) collapse_norm(xc, pre_s, hc, d, norm_w, norm_eps, nw, y + (size_t)t * d);
+    else collapse_row(xc, pre_s, hc, d, y + (size_t)t * d);
 }
 
 // One Sinkhorn half-step on the hc x hc matrix a by warp 0 (lane l holds
@@ -264,61 +314,24 @@ extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int 
     for (int c = lane; c < cells; c += 32) out[2 * hc + c] = a[c];
 }
 
-// The block's output `out`, or (where `slots` is not null) the MoE's: its
-// k slot outputs and the shared expert's summed in f64 (the shared one
-// left out where skip_shared), rounded once. grid (n, ceil(d/256)), block
-// 256. x updated in place.
-extern "C" __global__ void hc_post(float* __restrict__ x, const float* __restrict__ out,
+// The post alone (hc_site's first step, at the end of a layer): x_out =
+// post(x_in) with the block's output as block_output reads it. x_out may
+// be x_in (each thread reads its element of every stream before it
+// writes). grid (n, ceil(d/256)), block 256.
+extern "C" __global__ void hc_post(const float* x_in, float* x_out, const float* __restrict__ out,
                                    const float* __restrict__ slots, int k, int skip_shared,
                                    const double* __restrict__ mix, int hc, int d) {
     await_inputs();
     const int t = blockIdx.x;
     const int i = blockIdx.y * blockDim.x + threadIdx.x;
     if (i >= d) return;
-    const int nmix = (2 + hc) * hc;
-    const double* m = mix + (size_t)t * nmix;
-    float* xt = x + (size_t)t * hc * d;
+    const double* m = mix + (size_t)t * (2 + hc) * hc;
+    const float* xt = x_in + (size_t)t * hc * d;
     float old[HC_MAX];
-    for (int j = 0; j < hc; j++) old[j] = xt[(size_t)j * d + i];
-    float of;
-    if (slots) {
-        double acc = 0.0;
-        for (int s = 0; s < k; s++) acc += (double)slots[((size_t)t * k + s) * d + i];
-        if (!skip_shared) acc += (double)out[(size_t)t * d + i];
-        of = (float)acc;
-    } else {
-        of = out[(size_t)t * d + i];
-    }
-    const double o = of;
-    for (int k = 0; k < hc; k++) {
-        double acc = m[hc + k] * o;
-        for (int j = 0; j < hc; j++) acc += m[2 * hc + j * hc + k] * (double)old[j];
-        xt[(size_t)k * d + i] = (float)acc;
-    }
-}
-
-// Final collapse of selected tokens `rows[r]` into y[r, :], from their
-// slice partials (hc_mix_rows over hc_head's fn, nm = hc): pre only (no
-// Sinkhorn); with norm_w, normalized as hc_pre does. grid (nrows,
-// ceil(d/256)), or (nrows) with norm_w and dynamic smem d floats; block 256.
-extern "C" __global__ void hc_head(const float* __restrict__ x, const int* __restrict__ rows,
-                                   const double* __restrict__ partials, int slices, int width, float norm_eps,
-                                   const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
-                                   float hc_eps, const float* __restrict__ norm_w, float* __restrict__ y) {
-    const int tid = threadIdx.x;
-    float b_early = 0.0f, s_early = 0.0f;
-    if (tid < hc) b_early = base[tid], s_early = scale[0];
-    NormWeight nw;
-    norm_weight_early(norm_w, d, nw);
-    await_inputs();
-    __shared__ double pre_s[HC_MAX];
-    pre_weights(partials + (size_t)blockIdx.x * slices * (hc + 1), slices, hc, hc, width, norm_eps, s_early, b_early,
-                hc_eps, pre_s);
-    if (norm_w) {
-        collapse_norm(x + (size_t)rows[blockIdx.x] * hc * d, pre_s, hc, d, norm_w, norm_eps, nw,
-                      y + (size_t)blockIdx.x * d);
-        return;
-    }
-    const int i = blockIdx.y * blockDim.x + threadIdx.x;
-    if (i < d) y[(size_t)blockIdx.x * d + i] = collapse_one(x + (size_t)rows[blockIdx.x] * hc * d, pre_s, hc, d, i);
+    #pragma unroll
+    for (int j = 0; j < HC_MAX; j++) old[j] = j < hc ? xt[(size_t)j * d + i] : 0.0f;
+    const double o = block_output(out, slots, k, skip_shared, t, d, i);
+    #pragma unroll
+    for (int q = 0; q < HC_MAX; q++)
+        if (q < hc) x_out[((size_t)t * hc + q) * d + i] = post_stream(m, hc, q, o, old);
 }

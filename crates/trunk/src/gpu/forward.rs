@@ -14,7 +14,7 @@ use kvstate::StateStore;
 use super::device::{Buf, Gpu};
 use super::graph::{StepGraphs, StepKey};
 use super::profile::ProfileCell;
-use super::state::{collapse_shape, hc_slices, GpuState, ScratchDims, HC_SLICE};
+use super::state::{hc_slices, GpuState, ScratchDims, HC_SLICE};
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
 use crate::config::{AttnKind, Dsv4Config};
 pub use crate::cpu::ops::moe::MoeArm;
@@ -137,6 +137,31 @@ pub struct VramLine {
     pub weights: usize,
     pub free: usize,
     pub total: usize,
+}
+
+/// The post a site applies first: the block's output `out` (with `moe`,
+/// its slot outputs, slots a token, and whether to leave out the shared
+/// expert in `out`), and the mixes `mix` of the site before.
+#[derive(Clone, Copy)]
+struct Post {
+    out: u64,
+    moe: Option<(u64, usize, bool)>,
+    mix: u64,
+}
+
+/// One `hc_site` launch: the streams read (`x_in`, rows `rows` where not
+/// 0) and, with `post`, written (`x_out`, another buffer); the `nm` mixes'
+/// per-slice partials; the collapsed rows `y`, normalized by the RMS norm
+/// of weight `norm` where it is set.
+struct Site {
+    x_in: u64,
+    x_out: u64,
+    rows: u64,
+    post: Option<Post>,
+    nm: usize,
+    partials: u64,
+    norm: Option<u64>,
+    y: u64,
 }
 
 fn gb(b: usize) -> f64 {
@@ -743,8 +768,12 @@ impl Dsv4Gpu {
                     anyhow::anyhow!("copying activations from device {} to {}: {e}", prev.ordinal, g.ordinal)
                 })?;
             }
+            let mut pending = false;
             for (k, l) in stage.layers.clone().enumerate() {
-                self.layer(st, si, l, &stage.dev[k], ids, n, t0, pass)?;
+                let captured = capture.as_ref().is_some_and(|c| c.layers.is_none_or(|o| o.contains(&l)));
+                let finish = l + 1 == stage.layers.end || captured;
+                self.layer(st, si, l, &stage.dev[k], ids, n, t0, pass, pending, finish)?;
+                pending = !finish;
                 if let Some(Capture { out: c, layers: only }) = capture.as_mut() {
                     if only.is_none_or(|o| o.contains(&l)) {
                         c.push(g.download(&st.scratch[si].x, n * self.config.hc_mult * self.config.hidden_size)?);
@@ -798,8 +827,8 @@ impl Dsv4Gpu {
     }
 
     /// The head rows (`n` indices at the device address `rows`) of the
-    /// streams collapsed into `sc.hy` (their mixes by `hc_mix_rows`, then
-    /// `hc_head`), and with `norm` (the final norm's weight) normalized.
+    /// streams collapsed into `sc.hy` (`hc_site` with `hc_head`'s mixes), and
+    /// with `norm` (the final norm's weight) normalized.
     pub(super) fn hc_head(
         &self,
         g: &Gpu,
@@ -809,68 +838,100 @@ impl Dsv4Gpu {
         n: usize,
         norm: Option<u64>,
     ) -> Result<()> {
-        let c = &self.config;
-        let (hc, d, eps) = (c.hc_mult, c.hidden_size, c.rms_norm_eps as f32);
-        let slices = hc_slices(hc, d);
-        launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, slices as u32, 1), HC_SLICE as u32, 0);
-            sc.x.ptr, rows, hcw.fn_.ptr, (hc * d) as i32, hc as i32, sc.head_mix.ptr);
-        let (grid_y, smem) = collapse_shape(d, norm.is_some());
-        launch!(g, "hc_head", Gpu::cfg((n as u32, grid_y, 1), 256, smem);
-            sc.x.ptr, rows, sc.head_mix.ptr, slices as i32, (hc * d) as i32, eps, hcw.base.ptr,
-            hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, norm.unwrap_or(0), sc.hy.ptr);
-        Ok(())
+        let site = Site {
+            x_in: sc.x.ptr,
+            x_out: sc.x.ptr,
+            rows,
+            post: None,
+            nm: self.config.hc_mult,
+            partials: sc.head_mix.ptr,
+            norm,
+            y: sc.hy.ptr,
+        };
+        self.hc_site(g, sc, hcw, site, n)
     }
 
     pub(super) fn norm(&self, g: &Gpu, x: u64, w: u64, rows: usize, width: usize) -> Result<()> {
         g.rms_norm(x, w, rows, width, self.config.rms_norm_eps as f32)
     }
 
-    /// The mixes of the streams `x` (per-slice partials in `mixes`), the
-    /// collapsed input normalized by the block's RMS norm (weight `norm`)
-    /// into `out`, and on the side stream the Sinkhorn mixes `mix` that
-    /// `hc_post` reads.
+    /// One site's `hc_site` launch (kernels/hc.cu) for `n` tokens with the
+    /// mixes of `hcw`.
+    fn hc_site(&self, g: &Gpu, sc: &super::state::Scratch, hcw: &DevHc, site: Site, n: usize) -> Result<()> {
+        let c = &self.config;
+        let (hc, d) = (c.hc_mult, c.hidden_size);
+        let post = site.post.unwrap_or(Post { out: 0, moe: None, mix: 0 });
+        let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
+        let smem = if site.norm.is_some() { (d * 4) as u32 } else { 0 };
+        launch!(g, "hc_site", Gpu::cfg((n as u32, hc_slices(hc, d) as u32, 1), HC_SLICE as u32, smem);
+            site.x_in, site.x_out, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
+            site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr, hcw.scale.ptr,
+            hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
+        Ok(())
+    }
+
+    /// A block's site: `hc_site` with the block's mixes (after the post of
+    /// `post`, from `x_in` into `x_out`, where there is one; without, the
+    /// streams in `x_out`), its input normalized by `norm` into `out`; then,
+    /// on the side stream, the Sinkhorn mixes `mix` that the next post reads.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn hc_pre(
+    fn block_site(
         &self,
         g: &Gpu,
+        sc: &super::state::Scratch,
         hc: &DevHc,
         norm: u64,
-        x: u64,
-        mixes: u64,
-        mix: u64,
+        x_in: u64,
+        x_out: u64,
+        post: Option<Post>,
         out: u64,
         n: usize,
     ) -> Result<()> {
         let c = &self.config;
-        let (h, d, eps) = (c.hc_mult, c.hidden_size, c.rms_norm_eps as f32);
-        let (nmix, slices, width) = ((2 + h) * h, hc_slices(h, d), (h * d) as i32);
-        launch!(g, "hc_mix_rows", Gpu::cfg((n as u32, slices as u32, 1), HC_SLICE as u32, 0);
-            x, 0u64, hc.fn_.ptr, width, nmix as i32, mixes);
-        // post and comb only matter to hc_post (after the block): the side stream
+        let h = c.hc_mult;
+        let nmix = (2 + h) * h;
+        if post.is_some() {
+            // the post reads the mixes of the site before: its Sinkhorn is done
+            g.side_join()?;
+        }
+        // without a post the site reads the streams where the post would have left them
+        let x_in = if post.is_some() { x_in } else { x_out };
+        let site = Site { x_in, x_out, rows: 0, post, nm: nmix, partials: sc.mixes.ptr, norm: Some(norm), y: out };
+        self.hc_site(g, sc, hc, site, n)?;
+        // post and comb only matter after the block: the side stream
         g.side_fork()?;
         launch!(g => side, "hc_sinkhorn", Gpu::cfg((n as u32, 1, 1), 256, 0);
-            mixes, slices as i32, width, eps, hc.base.ptr, hc.scale.ptr, h as i32, c.hc_sinkhorn_iters as i32,
-            c.hc_eps as f32, mix);
-        let (grid_y, smem) = collapse_shape(d, true);
-        launch!(g, "hc_pre", Gpu::cfg((n as u32, grid_y, 1), 256, smem);
-            x, mixes, slices as i32, width, eps, hc.base.ptr, hc.scale.ptr, h as i32, d as i32, c.hc_eps as f32,
-            norm, out);
+            sc.mixes.ptr, hc_slices(h, c.hidden_size) as i32, (h * c.hidden_size) as i32, c.rms_norm_eps as f32,
+            hc.base.ptr, hc.scale.ptr, h as i32, c.hc_sinkhorn_iters as i32, c.hc_eps as f32, sc.mix.ptr);
         Ok(())
     }
 
-    /// `x'_k = post_k * out + sum_j comb[j][k] x_j` with the mixes `mix` of
-    /// the last `hc_pre` (after its Sinkhorn on the side stream); `out` the
-    /// block's output, or with `moe` (slot outputs, slots a token, leave out
-    /// the shared expert) the MoE's, combined from its slots and `out`.
-    fn hc_post(&self, g: &Gpu, x: u64, out: u64, moe: Option<(u64, usize, bool)>, mix: u64, n: usize) -> Result<()> {
+    /// `hc_post` alone: `x_out = post(x_in)` with the mixes `mix` of the
+    /// last site (after its Sinkhorn on the side stream) and the output of
+    /// `post` (kernels/hc.cu `block_output`).
+    fn hc_post(&self, g: &Gpu, x_in: u64, x_out: u64, post: Post, n: usize) -> Result<()> {
         let (hc, d) = (self.config.hc_mult, self.config.hidden_size);
-        let (slots, k, skip) = moe.unwrap_or((0, 0, false));
+        let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
         g.side_join()?;
         launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
-            x, out, slots, k as i32, skip as i32, mix, hc as i32, d as i32);
+            x_in, x_out, post.out, slots, k as i32, skip as i32, post.mix, hc as i32, d as i32);
         Ok(())
     }
 
+    /// The post of layer `l`'s MoE: its slots and shared expert (left out
+    /// under the drop-shared fault) with the ffn site's mixes.
+    fn moe_post(&self, sc: &super::state::Scratch, l: usize) -> Post {
+        let skip = matches!(self.opts.fault, Some(Fault::DropSharedExpert { layer }) if layer == l);
+        let moe = Some((sc.slot_out.ptr, self.config.num_experts_per_tok, skip));
+        Post { out: sc.sout.ptr, moe, mix: sc.mix.ptr }
+    }
+
+    /// Layer `l` on stage `si`. The streams come in `x`, or, where `pending`
+    /// (the layer before left its MoE's post to this one), in `x2` with that
+    /// post still to apply, which the attention site does first. With
+    /// `finish`, the layer applies its own MoE's post and leaves the streams
+    /// in `x` (the last layer of a stage, or one whose streams are captured);
+    /// otherwise it leaves them in `x2` with the post pending.
     #[allow(clippy::too_many_arguments)]
     fn layer(
         &self,
@@ -882,25 +943,28 @@ impl Dsv4Gpu {
         n: usize,
         t0: usize,
         pass: Pass,
+        pending: bool,
+        finish: bool,
     ) -> Result<()> {
         let stage = &self.stages[si];
         let g = &*stage.gpu;
         let sc = &st.scratch[si];
-        // attention site
+        // attention site: the layer before's post where it waits (x2 into x)
         self.mark(si, "hc")?;
-        self.hc_pre(g, &dl.hc_attn, dl.attn_norm.ptr, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
+        let post = pending.then(|| self.moe_post(sc, l - 1));
+        self.block_site(g, sc, &dl.hc_attn, dl.attn_norm.ptr, sc.x2.ptr, sc.x.ptr, post, sc.h.ptr, n)?;
         self.attention(st, si, l, dl, n, t0, pass)?;
         let sc = &st.scratch[si];
+        // ffn site: the attention's post (x into x2), then its mixes
         self.mark(si, "hc")?;
-        self.hc_post(g, sc.x.ptr, sc.a.ptr, None, sc.mix.ptr, n)?;
-        // ffn site
-        self.hc_pre(g, &dl.hc_ffn, dl.ffn_norm.ptr, sc.x.ptr, sc.mixes.ptr, sc.mix.ptr, sc.h.ptr, n)?;
+        let post = Post { out: sc.a.ptr, moe: None, mix: sc.mix.ptr };
+        self.block_site(g, sc, &dl.hc_ffn, dl.ffn_norm.ptr, sc.x.ptr, sc.x2.ptr, Some(post), sc.h.ptr, n)?;
         self.moe(st, si, dl, ids, n)?;
-        let sc = &st.scratch[si];
-        self.mark(si, "hc")?;
-        let skip = matches!(self.opts.fault, Some(Fault::DropSharedExpert { layer }) if layer == l);
-        let moe = (sc.slot_out.ptr, self.config.num_experts_per_tok, skip);
-        self.hc_post(g, sc.x.ptr, sc.sout.ptr, Some(moe), sc.mix.ptr, n)?;
+        if finish {
+            let sc = &st.scratch[si];
+            self.mark(si, "hc")?;
+            self.hc_post(g, sc.x2.ptr, sc.x.ptr, self.moe_post(sc, l), n)?;
+        }
         Ok(())
     }
 }

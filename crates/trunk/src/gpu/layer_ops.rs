@@ -459,6 +459,38 @@ mod tests {
             .collect()
     }
 
+    /// kernels/common.cuh `warp_sums32`: 32 sums a lane halved at o = 16, 8,
+    /// 4, 2, 1 in `order` (each lane keeps the half its bit selects and adds
+    /// the partner's). Returns lane l's total, the value index its bits
+    /// select (the value l for the kernel's order).
+    fn reduce_scatter32(d: &[[f64; 32]; 32], order: [usize; 5]) -> Vec<(usize, f64)> {
+        let mut d = *d;
+        let mut width = 32;
+        for o in order {
+            width /= 2;
+            let prev = d;
+            for (l, dl) in d.iter_mut().enumerate() {
+                let j0 = if l & o != 0 { width } else { 0 };
+                for (i, x) in dl.iter_mut().take(width).enumerate() {
+                    *x = prev[l][j0 + i] + prev[l ^ o][j0 + i];
+                }
+            }
+        }
+        (0..32)
+            .map(|l| {
+                let mut value = 0;
+                let mut width = 32;
+                for o in order {
+                    width /= 2;
+                    if l & o != 0 {
+                        value += width;
+                    }
+                }
+                (value, d[l][0])
+            })
+            .collect()
+    }
+
     fn spread(rng: &mut Rng) -> f64 {
         let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
         let exp = (rng.next_u64() % 61) as i32 - 30;
@@ -503,6 +535,29 @@ mod tests {
             // the pairs' order matters: halving at 4, 8, 16 pairs the lanes otherwise
             other_order_differs |=
                 reduce_scatter(&d, [4, 8, 16]).iter().any(|&(h, v)| v.to_bits() != want[h].to_bits());
+        }
+        assert!(other_order_differs, "a different pairing never changed a sum: the test has no teeth");
+    }
+
+    #[test]
+    fn hc_site_reduce_scatter_gives_the_butterfly_bits() {
+        let mut rng = Rng::new(11, "warp_sums32", 0);
+        let mut other_order_differs = false;
+        for _ in 0..500 {
+            let mut d = [[0.0f64; 32]; 32];
+            for lane in d.iter_mut() {
+                for v in lane.iter_mut() {
+                    *v = spread(&mut rng);
+                }
+            }
+            let want: Vec<f64> = (0..32).map(|k| butterfly(std::array::from_fn(|l| d[l][k]))).collect();
+            let got = reduce_scatter32(&d, [16, 8, 4, 2, 1]);
+            for (l, (k, v)) in got.into_iter().enumerate() {
+                assert_eq!(k, l, "lane {l} is left with value {k}");
+                assert_eq!(v.to_bits(), want[k].to_bits(), "value {k}");
+            }
+            other_order_differs |=
+                reduce_scatter32(&d, [1, 2, 4, 8, 16]).iter().any(|&(k, v)| v.to_bits() != want[k].to_bits());
         }
         assert!(other_order_differs, "a different pairing never changed a sum: the test has no teeth");
     }

@@ -14,6 +14,9 @@ pub struct Scratch {
     pub width: usize,
     pub tokens: Buf<i32>,
     pub x: Buf<f32>,
+    /// The streams after a layer's attention (its ffn site's post writes
+    /// them here, since other blocks of that launch still read `x`).
+    pub x2: Buf<f32>,
     pub mix: Buf<f64>,
     /// The mixes' per-slice partials (`hc_slices` x (mixes + 1) a token).
     pub mixes: Buf<f64>,
@@ -60,30 +63,21 @@ pub struct Scratch {
     pub argmax: Buf<i32>,
     /// hc_head's per-slice partials of the head rows (`hc_slices` x (hc + 1) a row).
     pub head_mix: Buf<f64>,
+    /// `hc_site`'s count of finished blocks a token (back to 0 after each launch).
+    pub site_done: Buf<u32>,
     /// Per-slice (value, index) partials of the head rows' argmax.
     pub argmax_v: Buf<f32>,
     pub argmax_i: Buf<i32>,
     pub max_entries: usize,
 }
 
-/// Flat stream elements per `hc_mix_rows` block (kernels/hc.cu `HC_SLICE`,
+/// Flat stream elements per `hc_site` block (kernels/hc.cu `HC_SLICE`,
 /// its block size): the mixes are summed per slice, then over the slices.
 pub const HC_SLICE: usize = 256;
 
 /// Slices of a token's `hc * d` flat streams.
 pub fn hc_slices(hc: usize, d: usize) -> usize {
     (hc * d).div_ceil(HC_SLICE)
-}
-
-/// The grid's y and the dynamic shared bytes of `hc_pre` and `hc_head`
-/// (kernels/hc.cu) for hidden width `d`: with the norm folded in, one block
-/// a token stages its whole collapsed row; without, 256 elements a block.
-pub fn collapse_shape(d: usize, normed: bool) -> (u32, u32) {
-    if normed {
-        (1, (d * 4) as u32)
-    } else {
-        (d.div_ceil(256) as u32, 0)
-    }
 }
 
 /// Rows of logits computed per head launch.
@@ -118,7 +112,7 @@ impl ScratchDims {
     /// 4-byte words of all scratch buffers for `w` tokens (f64 buffers count twice).
     pub fn elements(&self, w: usize) -> usize {
         let per_token = 1
-            + self.hc * self.d
+            + 2 * self.hc * self.d
             + 2 * (2 + self.hc) * self.hc
             + 2 * hc_slices(self.hc, self.d) * ((2 + self.hc) * self.hc + 1)
             + 2 * self.d
@@ -143,6 +137,7 @@ impl ScratchDims {
             + self.d;
         let head_mix = 2 * hc_slices(self.hc, self.d) * (self.hc + 1);
         w * per_token
+            + w.max(LOGIT_ROWS)
             + 2 * self.expert_groups(w)
             + LOGIT_ROWS * (1 + self.d + self.vocab + 1 + head_mix + 2 * ARGMAX_SLICES)
     }
@@ -162,6 +157,7 @@ impl ScratchDims {
             width: w,
             tokens: i(w)?,
             x: f(w * self.hc * self.d)?,
+            x2: f(w * self.hc * self.d)?,
             mix: dd(w * (2 + self.hc) * self.hc)?,
             mixes: dd(w * hc_slices(self.hc, self.d) * ((2 + self.hc) * self.hc + 1))?,
             h: f(w * self.d)?,
@@ -201,6 +197,7 @@ impl ScratchDims {
             logits: f(LOGIT_ROWS * self.vocab)?,
             argmax: i(LOGIT_ROWS)?,
             head_mix: dd(LOGIT_ROWS * hc_slices(self.hc, self.d) * (self.hc + 1))?,
+            site_done: gpu.alloc::<u32>(w.max(LOGIT_ROWS))?,
             argmax_v: f(LOGIT_ROWS * ARGMAX_SLICES)?,
             argmax_i: i(LOGIT_ROWS * ARGMAX_SLICES)?,
             max_entries: self.max_entries,
