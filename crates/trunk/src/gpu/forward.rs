@@ -139,29 +139,48 @@ pub struct VramLine {
     pub total: usize,
 }
 
-/// The post a site applies first: the block's output `out` (with `moe`,
-/// its slot outputs, slots a token, and whether to leave out the shared
-/// expert in `out`), and the mixes `mix` of the site before.
+/// The post of a block (kernels/hc.cu `post_stream`): the streams it
+/// reads (`from`), the block's output `out` (with `moe`, its slot
+/// outputs, slots a token, and whether to leave out the shared expert in
+/// `out`), and the mixes `mix` of the block's site.
 #[derive(Clone, Copy)]
 struct Post {
+    from: u64,
     out: u64,
     moe: Option<(u64, usize, bool)>,
     mix: u64,
 }
 
-/// One `hc_site` launch: the streams read (`x_in`, rows `rows` where not
-/// 0) and, with `post`, written (`x_out`, another buffer); the `nm` mixes'
-/// per-slice partials; the collapsed rows `y`, normalized by the RMS norm
-/// of weight `norm` where it is set.
+/// One `hc_site` launch: the streams `x` (rows `rows` where not 0), which
+/// `post`, where there is one, writes from its own buffer first; the `nm`
+/// mixes' per-slice partials; the collapsed rows `y`, normalized by the
+/// RMS norm of weight `norm` where it is set.
 struct Site {
-    x_in: u64,
-    x_out: u64,
+    x: u64,
     rows: u64,
     post: Option<Post>,
     nm: usize,
     partials: u64,
     norm: Option<u64>,
     y: u64,
+}
+
+/// For each layer of a stage, (layer, pending, finish): whether it
+/// applies the layer before's MoE post at its attention site, and whether
+/// it applies its own at its end. A layer finishes where the streams must
+/// be whole: the stage's last layer (they leave the stage or reach the
+/// head) and every `captured` one (they are copied out).
+fn post_plan(layers: Range<usize>, captured: impl Fn(usize) -> bool) -> Vec<(usize, bool, bool)> {
+    let end = layers.end;
+    let mut pending = false;
+    layers
+        .map(|l| {
+            let finish = l + 1 == end || captured(l);
+            let step = (l, pending, finish);
+            pending = !finish;
+            step
+        })
+        .collect()
 }
 
 fn gb(b: usize) -> f64 {
@@ -768,14 +787,13 @@ impl Dsv4Gpu {
                     anyhow::anyhow!("copying activations from device {} to {}: {e}", prev.ordinal, g.ordinal)
                 })?;
             }
-            let mut pending = false;
-            for (k, l) in stage.layers.clone().enumerate() {
-                let captured = capture.as_ref().is_some_and(|c| c.layers.is_none_or(|o| o.contains(&l)));
-                let finish = l + 1 == stage.layers.end || captured;
+            // the layers whose streams are copied out (all of them where the capture names none)
+            let only = capture.as_ref().map(|c| c.layers);
+            let captured = |l: usize| only.is_some_and(|o| o.is_none_or(|o| o.contains(&l)));
+            for (k, (l, pending, finish)) in post_plan(stage.layers.clone(), captured).into_iter().enumerate() {
                 self.layer(st, si, l, &stage.dev[k], ids, n, t0, pass, pending, finish)?;
-                pending = !finish;
-                if let Some(Capture { out: c, layers: only }) = capture.as_mut() {
-                    if only.is_none_or(|o| o.contains(&l)) {
+                if let Some(Capture { out: c, .. }) = capture.as_mut() {
+                    if captured(l) {
                         c.push(g.download(&st.scratch[si].x, n * self.config.hc_mult * self.config.hidden_size)?);
                     } else {
                         c.push(Vec::new());
@@ -839,8 +857,7 @@ impl Dsv4Gpu {
         norm: Option<u64>,
     ) -> Result<()> {
         let site = Site {
-            x_in: sc.x.ptr,
-            x_out: sc.x.ptr,
+            x: sc.x.ptr,
             rows,
             post: None,
             nm: self.config.hc_mult,
@@ -860,20 +877,23 @@ impl Dsv4Gpu {
     fn hc_site(&self, g: &Gpu, sc: &super::state::Scratch, hcw: &DevHc, site: Site, n: usize) -> Result<()> {
         let c = &self.config;
         let (hc, d) = (c.hc_mult, c.hidden_size);
-        let post = site.post.unwrap_or(Post { out: 0, moe: None, mix: 0 });
+        // a post writes another buffer than it reads (other blocks still read
+        // the old streams); without one the kernel reads the streams in place
+        debug_assert!(site.post.is_none_or(|p| p.from != site.x), "hc_site's post must not write in place");
+        let post = site.post.unwrap_or(Post { from: site.x, out: 0, moe: None, mix: 0 });
         let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
         let smem = if site.norm.is_some() { (d * 4) as u32 } else { 0 };
         launch!(g, "hc_site", Gpu::cfg((n as u32, hc_slices(hc, d) as u32, 1), HC_SLICE as u32, smem);
-            site.x_in, site.x_out, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
+            post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
             site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr, hcw.scale.ptr,
             hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
         Ok(())
     }
 
-    /// A block's site: `hc_site` with the block's mixes (after the post of
-    /// `post`, from `x_in` into `x_out`, where there is one; without, the
-    /// streams in `x_out`), its input normalized by `norm` into `out`; then,
-    /// on the side stream, the Sinkhorn mixes `mix` that the next post reads.
+    /// A block's site: `hc_site` with the block's mixes of the streams `x`
+    /// (after `post`, from its own buffer into `x`, where there is one), its
+    /// input normalized by `norm` into `out`; then, on the side stream, the
+    /// Sinkhorn mixes `mix` that the next post reads.
     #[allow(clippy::too_many_arguments)]
     fn block_site(
         &self,
@@ -881,8 +901,7 @@ impl Dsv4Gpu {
         sc: &super::state::Scratch,
         hc: &DevHc,
         norm: u64,
-        x_in: u64,
-        x_out: u64,
+        x: u64,
         post: Option<Post>,
         out: u64,
         n: usize,
@@ -894,9 +913,7 @@ impl Dsv4Gpu {
             // the post reads the mixes of the site before: its Sinkhorn is done
             g.side_join()?;
         }
-        // without a post the site reads the streams where the post would have left them
-        let x_in = if post.is_some() { x_in } else { x_out };
-        let site = Site { x_in, x_out, rows: 0, post, nm: nmix, partials: sc.mixes.ptr, norm: Some(norm), y: out };
+        let site = Site { x, rows: 0, post, nm: nmix, partials: sc.mixes.ptr, norm: Some(norm), y: out };
         self.hc_site(g, sc, hc, site, n)?;
         // post and comb only matter after the block: the side stream
         g.side_fork()?;
@@ -906,24 +923,24 @@ impl Dsv4Gpu {
         Ok(())
     }
 
-    /// `hc_post` alone: `x_out = post(x_in)` with the mixes `mix` of the
-    /// last site (after its Sinkhorn on the side stream) and the output of
-    /// `post` (kernels/hc.cu `block_output`).
-    fn hc_post(&self, g: &Gpu, x_in: u64, x_out: u64, post: Post, n: usize) -> Result<()> {
+    /// `hc_post` alone: the streams `x = post(post.from)` (after the
+    /// Sinkhorn of `post.mix` on the side stream).
+    fn hc_post(&self, g: &Gpu, post: Post, x: u64, n: usize) -> Result<()> {
         let (hc, d) = (self.config.hc_mult, self.config.hidden_size);
         let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
         g.side_join()?;
         launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
-            x_in, x_out, post.out, slots, k as i32, skip as i32, post.mix, hc as i32, d as i32);
+            post.from, x, post.out, slots, k as i32, skip as i32, post.mix, hc as i32, d as i32);
         Ok(())
     }
 
-    /// The post of layer `l`'s MoE: its slots and shared expert (left out
-    /// under the drop-shared fault) with the ffn site's mixes.
+    /// The post of layer `l`'s MoE: the streams its ffn site left in `x2`,
+    /// its slots and shared expert (left out under the drop-shared fault),
+    /// the ffn site's mixes.
     fn moe_post(&self, sc: &super::state::Scratch, l: usize) -> Post {
         let skip = matches!(self.opts.fault, Some(Fault::DropSharedExpert { layer }) if layer == l);
         let moe = Some((sc.slot_out.ptr, self.config.num_experts_per_tok, skip));
-        Post { out: sc.sout.ptr, moe, mix: sc.mix.ptr }
+        Post { from: sc.x2.ptr, out: sc.sout.ptr, moe, mix: sc.mix.ptr }
     }
 
     /// Layer `l` on stage `si`. The streams come in `x`, or, where `pending`
@@ -952,18 +969,18 @@ impl Dsv4Gpu {
         // attention site: the layer before's post where it waits (x2 into x)
         self.mark(si, "hc")?;
         let post = pending.then(|| self.moe_post(sc, l - 1));
-        self.block_site(g, sc, &dl.hc_attn, dl.attn_norm.ptr, sc.x2.ptr, sc.x.ptr, post, sc.h.ptr, n)?;
+        self.block_site(g, sc, &dl.hc_attn, dl.attn_norm.ptr, sc.x.ptr, post, sc.h.ptr, n)?;
         self.attention(st, si, l, dl, n, t0, pass)?;
         let sc = &st.scratch[si];
         // ffn site: the attention's post (x into x2), then its mixes
         self.mark(si, "hc")?;
-        let post = Post { out: sc.a.ptr, moe: None, mix: sc.mix.ptr };
-        self.block_site(g, sc, &dl.hc_ffn, dl.ffn_norm.ptr, sc.x.ptr, sc.x2.ptr, Some(post), sc.h.ptr, n)?;
+        let post = Post { from: sc.x.ptr, out: sc.a.ptr, moe: None, mix: sc.mix.ptr };
+        self.block_site(g, sc, &dl.hc_ffn, dl.ffn_norm.ptr, sc.x2.ptr, Some(post), sc.h.ptr, n)?;
         self.moe(st, si, dl, ids, n)?;
         if finish {
             let sc = &st.scratch[si];
             self.mark(si, "hc")?;
-            self.hc_post(g, sc.x2.ptr, sc.x.ptr, self.moe_post(sc, l), n)?;
+            self.hc_post(g, self.moe_post(sc, l), sc.x.ptr, n)?;
         }
         Ok(())
     }
@@ -972,6 +989,25 @@ impl Dsv4Gpu {
 #[cfg(test)]
 mod tests {
     use super::Fault;
+
+    #[test]
+    fn the_moe_post_waits_for_the_next_layer_within_a_stage() {
+        use super::post_plan;
+        // four layers on one stage: the last finishes, the others leave their post pending
+        let plan = post_plan(0..4, |_| false);
+        assert_eq!(plan, vec![(0, false, false), (1, true, false), (2, true, false), (3, true, true)]);
+        // a stage of layers 2..5 whose layer 3 is captured: 3 finishes, 4 starts whole and ends the stage
+        let plan = post_plan(2..5, |l| l == 3);
+        assert_eq!(plan, vec![(2, false, false), (3, true, true), (4, false, true)]);
+        // every post pending at a layer is applied by the next: none is lost
+        for captured in [|_: usize| false, |l: usize| l.is_multiple_of(2), |_: usize| true] {
+            let plan = post_plan(0..7, captured);
+            for w in plan.windows(2) {
+                assert_eq!(w[1].1, !w[0].2, "layer {} after layer {}", w[1].0, w[0].0);
+            }
+            assert!(!plan[0].1 && plan.last().unwrap().2);
+        }
+    }
 
     #[test]
     fn faults_parse_from_the_command_line_form() {
