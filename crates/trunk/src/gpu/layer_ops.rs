@@ -428,67 +428,73 @@ mod tests {
         v[0]
     }
 
-    /// kernels/indexer.cu `indexer_scores`: eight sums a lane halved at
-    /// o = 16, 8, 4 (each lane keeps the half its bit selects and adds the
-    /// partner's), then 2 and 1 on the one left. Returns (head, sum) of
-    /// the lanes with (lane & 3) == 0, the ones that write.
-    fn reduce_scatter(d: &[[f64; 8]; 32], order: [usize; 3]) -> Vec<(usize, f64)> {
+    /// A reduce-scatter of W sums a lane over the warp: halved at each o
+    /// of `halve` (each lane keeps the half its bit o selects and adds the
+    /// partner's same half), then the one left summed at each o of `rest`
+    /// as `warp_sum` does. Returns each lane's (the value its bits select,
+    /// its total). kernels/indexer.cu `indexer_scores`: W = 8, halved at
+    /// 16, 8, 4, then 2 and 1; kernels/common.cuh `warp_sums32`: W = 32,
+    /// halved at 16, 8, 4, 2, 1.
+    fn reduce_scatter<const W: usize>(d: &[[f64; W]; 32], halve: &[usize], rest: &[usize]) -> Vec<(usize, f64)> {
         let mut d = *d;
-        let mut width = 8;
-        for o in order {
+        let mut width = W;
+        for &o in halve {
             width /= 2;
             let prev = d;
             for (l, dl) in d.iter_mut().enumerate() {
-                // keep the half the lane's bit selects; the partner sends the same half
                 let j0 = if l & o != 0 { width } else { 0 };
                 for (i, x) in dl.iter_mut().take(width).enumerate() {
                     *x = prev[l][j0 + i] + prev[l ^ o][j0 + i];
                 }
             }
         }
-        for o in [2, 1] {
+        for &o in rest {
             let prev = d;
             for (l, dl) in d.iter_mut().enumerate() {
                 dl[0] = prev[l][0] + prev[l ^ o][0];
             }
         }
-        let bit = |l: usize, b: usize| usize::from(l & b != 0);
-        (0..32)
-            .filter(|l| l & 3 == 0)
-            .map(|l| (4 * bit(l, order[0]) + 2 * bit(l, order[1]) + bit(l, order[2]), d[l][0]))
-            .collect()
-    }
-
-    /// kernels/common.cuh `warp_sums32`: 32 sums a lane halved at o = 16, 8,
-    /// 4, 2, 1 in `order` (each lane keeps the half its bit selects and adds
-    /// the partner's). Returns lane l's total, the value index its bits
-    /// select (the value l for the kernel's order).
-    fn reduce_scatter32(d: &[[f64; 32]; 32], order: [usize; 5]) -> Vec<(usize, f64)> {
-        let mut d = *d;
-        let mut width = 32;
-        for o in order {
-            width /= 2;
-            let prev = d;
-            for (l, dl) in d.iter_mut().enumerate() {
-                let j0 = if l & o != 0 { width } else { 0 };
-                for (i, x) in dl.iter_mut().take(width).enumerate() {
-                    *x = prev[l][j0 + i] + prev[l ^ o][j0 + i];
-                }
-            }
-        }
         (0..32)
             .map(|l| {
-                let mut value = 0;
-                let mut width = 32;
-                for o in order {
+                let mut width = W;
+                let value = halve.iter().fold(0, |v, &o| {
                     width /= 2;
-                    if l & o != 0 {
-                        value += width;
-                    }
-                }
+                    v + if l & o != 0 { width } else { 0 }
+                });
                 (value, d[l][0])
             })
             .collect()
+    }
+
+    /// `reduce_scatter` of `halve` and `rest` on random lanes gives each
+    /// value the butterfly's bits on the lanes `writes` selects, and the
+    /// halvings in the order `swapped` do not (the test's teeth).
+    fn assert_butterfly_bits<const W: usize>(
+        seed: u64,
+        halve: &[usize],
+        rest: &[usize],
+        swapped: &[usize],
+        writes: impl Fn(usize) -> bool,
+    ) {
+        let mut rng = Rng::new(seed, "reduce_scatter", W as u64);
+        let mut other_order_differs = false;
+        for _ in 0..500 {
+            let d: [[f64; W]; 32] = std::array::from_fn(|_| std::array::from_fn(|_| spread(&mut rng)));
+            let want: Vec<f64> = (0..W).map(|k| butterfly(std::array::from_fn(|l| d[l][k]))).collect();
+            let got = reduce_scatter(&d, halve, rest);
+            let mut written: Vec<usize> = (0..32).filter(|&l| writes(l)).map(|l| got[l].0).collect();
+            written.sort_unstable();
+            assert_eq!(written, (0..W).collect::<Vec<_>>(), "each value written once");
+            for l in (0..32).filter(|&l| writes(l)) {
+                let (k, v) = got[l];
+                assert_eq!(v.to_bits(), want[k].to_bits(), "value {k} on lane {l}");
+            }
+            other_order_differs |= reduce_scatter(&d, swapped, rest)
+                .iter()
+                .enumerate()
+                .any(|(l, &(k, v))| writes(l) && v.to_bits() != want[k].to_bits());
+        }
+        assert!(other_order_differs, "a different pairing never changed a sum: the test has no teeth");
     }
 
     fn spread(rng: &mut Rng) -> f64 {
@@ -517,49 +523,16 @@ mod tests {
 
     #[test]
     fn indexer_reduce_scatter_gives_the_butterfly_bits() {
-        let mut rng = Rng::new(7, "reduce_scatter", 0);
-        let mut other_order_differs = false;
-        for _ in 0..2000 {
-            let mut d = [[0.0f64; 8]; 32];
-            for lane in d.iter_mut() {
-                for v in lane.iter_mut() {
-                    *v = spread(&mut rng);
-                }
-            }
-            let want: Vec<f64> = (0..8).map(|h| butterfly(std::array::from_fn(|l| d[l][h]))).collect();
-            let got = reduce_scatter(&d, [16, 8, 4]);
-            assert_eq!(got.len(), 8);
-            for (h, v) in got {
-                assert_eq!(v.to_bits(), want[h].to_bits(), "head {h}");
-            }
-            // the pairs' order matters: halving at 4, 8, 16 pairs the lanes otherwise
-            other_order_differs |=
-                reduce_scatter(&d, [4, 8, 16]).iter().any(|&(h, v)| v.to_bits() != want[h].to_bits());
-        }
-        assert!(other_order_differs, "a different pairing never changed a sum: the test has no teeth");
+        // eight heads a warp; the lanes with (lane & 3) == 0 write, head 4 b4 + 2 b3 + b2
+        assert_butterfly_bits::<8>(7, &[16, 8, 4], &[2, 1], &[4, 8, 16], |l| l & 3 == 0);
     }
 
     #[test]
     fn hc_site_reduce_scatter_gives_the_butterfly_bits() {
-        let mut rng = Rng::new(11, "warp_sums32", 0);
-        let mut other_order_differs = false;
-        for _ in 0..500 {
-            let mut d = [[0.0f64; 32]; 32];
-            for lane in d.iter_mut() {
-                for v in lane.iter_mut() {
-                    *v = spread(&mut rng);
-                }
-            }
-            let want: Vec<f64> = (0..32).map(|k| butterfly(std::array::from_fn(|l| d[l][k]))).collect();
-            let got = reduce_scatter32(&d, [16, 8, 4, 2, 1]);
-            for (l, (k, v)) in got.into_iter().enumerate() {
-                assert_eq!(k, l, "lane {l} is left with value {k}");
-                assert_eq!(v.to_bits(), want[k].to_bits(), "value {k}");
-            }
-            other_order_differs |=
-                reduce_scatter32(&d, [1, 2, 4, 8, 16]).iter().any(|&(k, v)| v.to_bits() != want[k].to_bits());
-        }
-        assert!(other_order_differs, "a different pairing never changed a sum: the test has no teeth");
+        // 32 sums a lane; lane l is left with value l
+        assert_butterfly_bits::<32>(11, &[16, 8, 4, 2, 1], &[], &[1, 2, 4, 8, 16], |_| true);
+        let d: [[f64; 32]; 32] = std::array::from_fn(|l| std::array::from_fn(|k| (l * 32 + k) as f64));
+        assert!(reduce_scatter(&d, &[16, 8, 4, 2, 1], &[]).iter().enumerate().all(|(l, &(k, _))| k == l));
     }
 
     /// kernels/indexer.cu `order_key`: doubles to u64 in their total order.
