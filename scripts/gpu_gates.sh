@@ -2,7 +2,7 @@
 # The GPU battery, run on the H200 machine from the repository root with a
 # release `memra` built elsewhere (target/release/memra carried along).
 #   bash scripts/gpu_gates.sh [sections...]
-# sections: quick ab gates flash hostcache fixtures park perf prefill prefill_kernels kernels spec dspark split deep boundary peer
+# sections: quick ab same gates flash hostcache fixtures park perf prefill prefill_kernels kernels spec dspark split deep boundary peer
 # (default: gates); split, deep and boundary need two GPUs (nvidia-h200-x2).
 # MEMRA (the binary) and PLUGINS (the drafter libraries' directory) default
 # to ./target/release.
@@ -167,6 +167,25 @@ ab() { # MEMRA against BASE at decode 1k, ROUNDS (default 3) rooflines of each, 
     roofline_runs "roofline 1k round $r" "^(decode b1|breakdown decode)" 2 --layers 4 --contexts 1024 --prefill 0
   done
   chunks_flash4
+}
+same() { # MEMRA's logits of every position against BASE's, bit for bit (cmp): small exact and fp8
+  # (96 tokens) and the flash shape (4 layers, 40 tokens); for a change meant to keep every bit
+  [ -n "${BASE:-}" ] || { echo "same: set BASE to the memra to compare against" | tee -a "$SUMMARY"; return; }
+  models
+  python3 -c "import json; json.dump({'tokens': [(i*7919) % 31000 + 2 for i in range(96)]}, open('/tmp/m/seq_small.json','w'))"
+  python3 -c "import json; json.dump({'tokens': [(i*7919) % 120000 + 2 for i in range(40)]}, open('/tmp/m/seq_flash.json','w'))"
+  for c in "small exact /tmp/m/small seq_small" "small fp8 /tmp/m/small seq_small" \
+           "flash4 exact synth:flash-shape,layers=4 seq_flash"; do
+    set -- $c
+    rm -f /tmp/m/same_memra.f32 /tmp/m/same_base.f32  # a failed run leaves no file to compare equal
+    step "logits $1 $2 (MEMRA)" $M logits --model $3 --tokens /tmp/m/$4.json --out /tmp/m/same_memra.f32 --backend gpu --variant $2
+    step "logits $1 $2 (BASE)" $BASE logits --model $3 --tokens /tmp/m/$4.json --out /tmp/m/same_base.f32 --backend gpu --variant $2
+    if cmp -s /tmp/m/same_memra.f32 /tmp/m/same_base.f32; then
+      echo "same $1 $2: logits identical" | tee -a "$SUMMARY"
+    else
+      echo "same $1 $2: logits DIFFER" | tee -a "$SUMMARY"
+    fi
+  done
 }
 perf() {
   step "roofline flash-shape 4 layers" $M bench roofline --layers 4 --out $OUT/roofline.json
