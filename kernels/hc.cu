@@ -136,6 +136,12 @@ __device__ __forceinline__ float block_output(const float* __restrict__ out, con
     return (float)acc;
 }
 
+// The old streams' values x_j at element i of token row xt.
+__device__ __forceinline__ void old_streams(const float* xt, int hc, int d, int i, float (&old)[HC_MAX]) {
+    #pragma unroll
+    for (int j = 0; j < HC_MAX; j++) old[j] = j < hc ? xt[(size_t)j * d + i] : 0.0f;
+}
+
 // Stream k of the post at one element: post_k * o + sum_j comb[j][k] x_j,
 // from the mixes m of the site before (hc_sinkhorn's layout) and the old
 // streams' values x_j.
@@ -180,10 +186,6 @@ extern "C" __global__ void hc_site(const float* __restrict__ x_in, float* __rest
     float early[HC_MIX_EARLY];
     #pragma unroll
     for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + e] : 0.0f;
-    float b_early = 0.0f, s_early = 0.0f;
-    if (tid < hc) b_early = base[tid], s_early = scale[0];
-    NormWeight nw;
-    norm_weight_early(norm_w, d, nw);
     await_inputs();
     const size_t row = rows ? (size_t)rows[t] : (size_t)t;
     float xf = 0.0f;
@@ -192,8 +194,7 @@ extern "C" __global__ void hc_site(const float* __restrict__ x_in, float* __rest
         if (mix_prev) {
             const int q = e / d, i = e % d;
             float old[HC_MAX];
-            #pragma unroll
-            for (int j = 0; j < HC_MAX; j++) old[j] = j < hc ? xt[(size_t)j * d + i] : 0.0f;
+            old_streams(xt, hc, d, i, old);
             const double o = block_output(out, slots, k, skip_shared, t, d, i);
             xf = post_stream(mix_prev + (size_t)t * (2 + hc) * hc, hc, q, o, old);
             x_out[row * width + e] = xf;
@@ -236,9 +237,13 @@ extern "C" __global__ void hc_site(const float* __restrict__ x_in, float* __rest
     if (ticket + 1 != gridDim.y) return;
     if (tid == 0) done[t] = 0;
     __threadfence();
+    // the weights only this block reads, issued before the partials' sums so that their loads overlap
+    const float b = tid < hc ? base[tid] : 0.0f, s0 = tid < hc ? scale[0] : 0.0f;
+    NormWeight nw;
+    norm_weight_early(norm_w, d, nw);
     __shared__ double pre_s[HC_MAX];
-    pre_weights(partials + (size_t)t * gridDim.y * (nm + 1), gridDim.y, nm, hc, width, norm_eps, s_early, b_early,
-                hc_eps, pre_s);
+    pre_weights(partials + (size_t)t * gridDim.y * (nm + 1), gridDim.y, nm, hc, width, norm_eps, s0, b, hc_eps,
+                pre_s);
     const float* xc = (mix_prev ? x_out : x_in) + row * width;
     if (norm_w) collapse_norm(xc, pre_s, hc, d, norm_w, norm_eps, nw, y + (size_t)t * d);
     else collapse_row(xc, pre_s, hc, d, y + (size_t)t * d);
@@ -328,8 +333,7 @@ extern "C" __global__ void hc_post(const float* x_in, float* x_out, const float*
     const double* m = mix + (size_t)t * (2 + hc) * hc;
     const float* xt = x_in + (size_t)t * hc * d;
     float old[HC_MAX];
-    #pragma unroll
-    for (int j = 0; j < HC_MAX; j++) old[j] = j < hc ? xt[(size_t)j * d + i] : 0.0f;
+    old_streams(xt, hc, d, i, old);
     const double o = block_output(out, slots, k, skip_shared, t, d, i);
     #pragma unroll
     for (int q = 0; q < HC_MAX; q++)

@@ -478,7 +478,7 @@ mod tests {
     ) {
         let mut rng = Rng::new(seed, "reduce_scatter", W as u64);
         let mut other_order_differs = false;
-        for _ in 0..500 {
+        for _ in 0..2000 {
             let d: [[f64; W]; 32] = std::array::from_fn(|_| std::array::from_fn(|_| spread(&mut rng)));
             let want: Vec<f64> = (0..W).map(|k| butterfly(std::array::from_fn(|l| d[l][k]))).collect();
             let got = reduce_scatter(&d, halve, rest);
