@@ -1,8 +1,9 @@
 // hc.cu — manifold-constrained hyper-connections   (CPU twin: cpu/ops/hc.rs)
 //
-// One launch a site (hc_site): the post of the block before it where there
-// is one, x'_k = post_k * out + sum_j comb[j][k] x_j; the mixes
-// m = fn . (x' / rms(x')) over the hc*d streams (as per-slice partials);
+// One launch a site (hc_site for one token, hc_site_rows for several): the
+// post of the block before it where there is one, x'_k = post_k * out +
+// sum_j comb[j][k] x_j; the mixes m = fn . (x' / rms(x')) over the hc*d
+// streams (as per-slice partials);
 // then, in the last block of each token, pre = sigmoid(m*s0 + b) + eps, the
 // collapsed input sum_j pre_j x'_j and the block's RMS norm of it (or, at
 // the head, the final collapse of selected rows, normed or not).
@@ -20,6 +21,8 @@
 #define HC_MIX_MAX ((2 + HC_MAX) * HC_MAX)
 // Elements of the flat streams per hc_site block (its block size).
 #define HC_SLICE 256
+// hc_site_rows' blocks an SM (its register bound).
+#define HC_ROWS_BLOCKS 4
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -67,8 +70,10 @@ __device__ __forceinline__ void pre_weights(const double* __restrict__ p, int sl
 
 // The whole collapsed row of token row xt into c (d floats): element i is
 // sum_j pre_j x_j[i] in f64, in j order, rounded once; each thread's float4s
-// of every stream loading at once, through L2 (other blocks of the launch
-// wrote the streams). All threads; the caller syncs.
+// of U rounds and of G streams at a time loading at once (G = HC_MAX: every
+// stream), through L2 (other blocks of the launch wrote the streams). All
+// threads; the caller syncs.
+template <int U, int G>
 __device__ __forceinline__ void collapse_row(const float* __restrict__ xt, const double* pre, int hc, int d, float* c) {
     if ((d & 3) != 0 || (((size_t)xt) & 15) != 0 || (((size_t)c) & 15) != 0) {
         for (int i = threadIdx.x; i < d; i += blockDim.x) {
@@ -81,46 +86,41 @@ __device__ __forceinline__ void collapse_row(const float* __restrict__ xt, const
         return;
     }
     const int n4 = d >> 2;
-    for (int base = threadIdx.x; base < n4; base += 2 * blockDim.x) {
-        float4 v[2][HC_MAX];
+    for (int base = threadIdx.x; base < n4; base += U * blockDim.x) {
+        double a[U][4];
         #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int i = base + u * blockDim.x;
-            #pragma unroll
-            for (int q = 0; q < HC_MAX; q++)
-                if (q < hc && i < n4) v[u][q] = __ldcg((const float4*)(xt + (size_t)q * d) + i);
-        }
+        for (int u = 0; u < U; u++) a[u][0] = a[u][1] = a[u][2] = a[u][3] = 0.0;
         #pragma unroll
-        for (int u = 0; u < 2; u++) {
-            const int i = base + u * blockDim.x;
-            if (i >= n4) continue;
-            double a[4] = {0.0, 0.0, 0.0, 0.0};
+        for (int q0 = 0; q0 < HC_MAX; q0 += G) {
+            if (q0 >= hc) break;
+            float4 v[U][G];
             #pragma unroll
-            for (int q = 0; q < HC_MAX; q++) {
-                if (q < hc) {
-                    a[0] += pre[q] * (double)v[u][q].x;
-                    a[1] += pre[q] * (double)v[u][q].y;
-                    a[2] += pre[q] * (double)v[u][q].z;
-                    a[3] += pre[q] * (double)v[u][q].w;
-                }
+            for (int u = 0; u < U; u++) {
+                const int i = base + u * blockDim.x;
+                #pragma unroll
+                for (int q = 0; q < G; q++)
+                    if (q0 + q < hc && i < n4) v[u][q] = __ldcg((const float4*)(xt + (size_t)(q0 + q) * d) + i);
             }
-            *(float4*)(c + 4 * i) = make_float4((float)a[0], (float)a[1], (float)a[2], (float)a[3]);
+            #pragma unroll
+            for (int u = 0; u < U; u++) {
+                #pragma unroll
+                for (int q = 0; q < G; q++) {
+                    if (q0 + q < hc) {
+                        const double p = pre[q0 + q];
+                        a[u][0] += p * (double)v[u][q].x;
+                        a[u][1] += p * (double)v[u][q].y;
+                        a[u][2] += p * (double)v[u][q].z;
+                        a[u][3] += p * (double)v[u][q].w;
+                    }
+                }
+                // after the last group: element i's sum is whole
+                const int i = base + u * blockDim.x;
+                if (q0 + G >= hc && i < n4)
+                    *(float4*)(c + 4 * i) =
+                        make_float4((float)a[u][0], (float)a[u][1], (float)a[u][2], (float)a[u][3]);
+            }
         }
     }
-}
-
-// The collapse and the RMS norm after it (as a collapse then rms_norm_f32
-// over the collapsed row, the same bits): one block a token collapses its
-// whole row into shared memory (d floats of the dynamic shared memory),
-// then normalizes it into `out`. All threads (256, rms_norm_f32's block).
-__device__ __forceinline__ void collapse_norm(const float* __restrict__ xt, const double* pre, int hc, int d,
-                                              const float* __restrict__ norm_w, float eps, const NormWeight& nw,
-                                              float* out) {
-    __shared__ double red[32];
-    float* c = (float*)xs_dyn;
-    collapse_row(xt, pre, hc, d, c);
-    __syncthreads();
-    rms_norm_row(c, out, norm_w, d, eps, red, nw);
 }
 
 // The output of the block before a site at element i of token t: `out`,
@@ -157,35 +157,51 @@ __device__ __forceinline__ float post_stream(const double* __restrict__ m, int h
 // before the kernel waits for its inputs.
 #define HC_MIX_EARLY 24
 
-// One site's hyper-connection work in one launch. grid (n, slices), block
-// HC_SLICE, dynamic shared memory d floats where norm_w is set. Block
-// (t, s) takes the flat element e = s * HC_SLICE + tid of token t's
-// streams (row rows[t] of x_in, or t where rows is null):
+// One site's hyper-connection work in one launch: hc_site for one token
+// (decode), hc_site_rows for several (prefill); the same bits. grid (n *
+// slices), block HC_SLICE, dynamic shared memory d floats where norm_w is
+// set. Block b takes token t = b / slices (a token's blocks adjacent, so its
+// streams are still in L2 when its last block collapses them) and the flat
+// element e = (b % slices) * HC_SLICE + tid of its streams (row rows[t] of
+// x_in, or t where rows is null):
 // - with mix_prev (the site before's mixes): the post of the block before
 //   (out, slots, k, skip_shared as block_output) from x_in into x_out,
 //   which must be another buffer (other blocks still read the old
 //   streams); without, x' is x_in's element (rows only here: the head);
 // - the slice's mix partials [sum x'^2 | fn_0 . x' | ... | fn_{nm-1} . x']
-//   into partials[t, s] (each a warp butterfly, then the warps in order);
+//   into partials[t, s] (each a warp butterfly, then the warps in order;
+//   hc_site sums 32 values a lane at once with warp_sums32, which holds 32
+//   doubles a thread, and hc_site_rows one at a time with warp_sum, so that
+//   several blocks fit an SM);
 // - the last of token t's blocks to finish (an atomic count in done[t],
 //   which that block sets back to 0): pre from the partials summed over
 //   the slices, then the collapsed row sum_j pre_j x'_j into y[t],
 //   normalized by the RMS norm with weight norm_w where it is set.
-extern "C" __global__ void hc_site(const float* __restrict__ x_in, float* __restrict__ x_out,
-                                   const int* __restrict__ rows, const float* __restrict__ out,
-                                   const float* __restrict__ slots, int k, int skip_shared,
-                                   const double* __restrict__ mix_prev, const float* __restrict__ fn, int nm,
-                                   double* __restrict__ partials, unsigned* __restrict__ done, float norm_eps,
-                                   const float* __restrict__ base, const float* __restrict__ scale, int hc, int d,
-                                   float hc_eps, const float* __restrict__ norm_w, float* __restrict__ y) {
+#define HC_SITE_PARAMS                                                                                           \
+    const float *__restrict__ x_in, float *__restrict__ x_out, const int *__restrict__ rows,                    \
+        const float *__restrict__ out, const float *__restrict__ slots, int k, int skip_shared,                 \
+        const double *__restrict__ mix_prev, const float *__restrict__ fn, int nm, double *__restrict__ partials, \
+        unsigned *__restrict__ done, float norm_eps, const float *__restrict__ base,                             \
+        const float *__restrict__ scale, int hc, int d, float hc_eps, const float *__restrict__ norm_w,          \
+        float *__restrict__ y
+#define HC_SITE_ARGS \
+    x_in, x_out, rows, out, slots, k, skip_shared, mix_prev, fn, nm, partials, done, norm_eps, base, scale, hc, d, \
+        hc_eps, norm_w, y
+
+template <bool ONE_TOKEN>
+__device__ __forceinline__ void hc_site_body(HC_SITE_PARAMS) {
     __shared__ double red[HC_SLICE / 32][HC_MIX_MAX + 1];
     __shared__ unsigned ticket;
-    const int t = blockIdx.x, s = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int width = hc * d, e = s * HC_SLICE + tid;
+    const int width = hc * d, slices = (width + HC_SLICE - 1) / HC_SLICE;
+    const int t = blockIdx.x / slices, s = blockIdx.x % slices, tid = threadIdx.x, lane = tid & 31,
+              warp = tid >> 5;
+    const int e = s * HC_SLICE + tid;
     const bool in = e < width;
     float early[HC_MIX_EARLY];
-    #pragma unroll
-    for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + e] : 0.0f;
+    if constexpr (ONE_TOKEN) {
+        #pragma unroll
+        for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + e] : 0.0f;
+    }
     await_inputs();
     const size_t row = rows ? (size_t)rows[t] : (size_t)t;
     float xf = 0.0f;
@@ -203,27 +219,37 @@ extern "C" __global__ void hc_site(const float* __restrict__ x_in, float* __rest
         }
     }
     const double xv = xf;
-    // slot 0: x'^2, slot 1 + u: row u of fn times x'; 32 slots a round
-    double v[32];
-    v[0] = xv * xv;
-    #pragma unroll
-    for (int u = 0; u < 31; u++) {
-        const float f = u < HC_MIX_EARLY ? early[u] : (in && u < nm ? fn[(size_t)u * width + e] : 0.0f);
-        v[1 + u] = u < nm ? (double)f * xv : 0.0;
-    }
-    double sum = warp_sums32(v);
-    if (lane <= nm) red[warp][lane] = sum;
-    for (int g = 32; g <= nm; g += 32) {
+    if constexpr (ONE_TOKEN) {
+        // slot 0: x'^2, slot 1 + u: row u of fn times x'; 32 slots a round
+        double v[32];
+        v[0] = xv * xv;
         #pragma unroll
-        for (int j = 0; j < 32; j++) {
-            const int u = g + j - 1;
-            v[j] = u < nm ? (double)(in ? fn[(size_t)u * width + e] : 0.0f) * xv : 0.0;
+        for (int u = 0; u < 31; u++) {
+            const float f = u < HC_MIX_EARLY ? early[u] : (in && u < nm ? fn[(size_t)u * width + e] : 0.0f);
+            v[1 + u] = u < nm ? (double)f * xv : 0.0;
         }
-        sum = warp_sums32(v);
-        if (g + lane <= nm) red[warp][g + lane] = sum;
+        double sum = warp_sums32(v);
+        if (lane <= nm) red[warp][lane] = sum;
+        for (int g = 32; g <= nm; g += 32) {
+            #pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const int u = g + j - 1;
+                v[j] = u < nm ? (double)(in ? fn[(size_t)u * width + e] : 0.0f) * xv : 0.0;
+            }
+            sum = warp_sums32(v);
+            if (g + lane <= nm) red[warp][g + lane] = sum;
+        }
+    } else {
+        const double sq = warp_sum(xv * xv);
+        if (lane == 0) red[warp][0] = sq;
+        #pragma unroll 4
+        for (int u = 0; u < nm; u++) {
+            const double p = warp_sum((double)(in ? fn[(size_t)u * width + e] : 0.0f) * xv);
+            if (lane == 0) red[warp][1 + u] = p;
+        }
     }
     __syncthreads();
-    double* part = partials + ((size_t)t * gridDim.y + s) * (nm + 1);
+    double* part = partials + ((size_t)t * slices + s) * (nm + 1);
     for (int q = tid; q <= nm; q += blockDim.x) {
         double acc = 0.0;
         for (int w = 0; w < HC_SLICE / 32; w++) acc += red[w][q];
@@ -234,19 +260,37 @@ extern "C" __global__ void hc_site(const float* __restrict__ x_in, float* __rest
     __syncthreads();
     if (tid == 0) ticket = atomicAdd(done + t, 1u);
     __syncthreads();
-    if (ticket + 1 != gridDim.y) return;
+    if (ticket + 1 != slices) return;
     if (tid == 0) done[t] = 0;
     __threadfence();
     // the weights only this block reads, issued before the partials' sums so that their loads overlap
+    // (hc_site_rows reads the norm's after the collapse: fewer registers)
     const float b = tid < hc ? base[tid] : 0.0f, s0 = tid < hc ? scale[0] : 0.0f;
     NormWeight nw;
-    norm_weight_early(norm_w, d, nw);
+    if constexpr (ONE_TOKEN) norm_weight_early(norm_w, d, nw);
     __shared__ double pre_s[HC_MAX];
-    pre_weights(partials + (size_t)t * gridDim.y * (nm + 1), gridDim.y, nm, hc, width, norm_eps, s0, b, hc_eps,
-                pre_s);
+    pre_weights(partials + (size_t)t * slices * (nm + 1), slices, nm, hc, width, norm_eps, s0, b, hc_eps, pre_s);
     const float* xc = (mix_prev ? x_out : x_in) + row * width;
-    if (norm_w) collapse_norm(xc, pre_s, hc, d, norm_w, norm_eps, nw, y + (size_t)t * d);
-    else collapse_row(xc, pre_s, hc, d, y + (size_t)t * d);
+    // the collapse: hc_site two float4s of every stream in flight, hc_site_rows one of four streams
+    constexpr int U = ONE_TOKEN ? 2 : 1, G = ONE_TOKEN ? HC_MAX : 4;
+    float* yt = y + (size_t)t * d;
+    if (!norm_w) {
+        collapse_row<U, G>(xc, pre_s, hc, d, yt);
+        return;
+    }
+    // then the RMS norm of the collapsed row (d floats of the dynamic shared memory), as a collapse then
+    // rms_norm_f32 (256 threads) over it: the same bits
+    __shared__ double red_norm[32];
+    float* c = (float*)xs_dyn;
+    collapse_row<U, G>(xc, pre_s, hc, d, c);
+    __syncthreads();
+    if constexpr (!ONE_TOKEN) norm_weight_early(norm_w, d, nw);
+    rms_norm_row(c, yt, norm_w, d, norm_eps, red_norm, nw);
+}
+
+extern "C" __global__ void hc_site(HC_SITE_PARAMS) { hc_site_body<true>(HC_SITE_ARGS); }
+extern "C" __global__ void __launch_bounds__(HC_SLICE, HC_ROWS_BLOCKS) hc_site_rows(HC_SITE_PARAMS) {
+    hc_site_body<false>(HC_SITE_ARGS);
 }
 
 // One Sinkhorn half-step on the hc x hc matrix a by warp 0 (lane l holds

@@ -151,7 +151,7 @@ struct Post {
     mix: u64,
 }
 
-/// One `hc_site` launch: the streams `x` (rows `rows` where not 0), which
+/// One site's launch (`hc_site` or `hc_site_rows`): the streams `x` (rows `rows` where not 0), which
 /// `post`, where there is one, writes from its own buffer first; the `nm`
 /// mixes' per-slice partials; the collapsed rows `y`, normalized by the
 /// RMS norm of weight `norm` where it is set.
@@ -872,7 +872,7 @@ impl Dsv4Gpu {
         g.rms_norm(x, w, rows, width, self.config.rms_norm_eps as f32)
     }
 
-    /// One site's `hc_site` launch (kernels/hc.cu) for `n` tokens with the
+    /// One site's launch (kernels/hc.cu) for `n` tokens with the
     /// mixes of `hcw`.
     fn hc_site(&self, g: &Gpu, sc: &super::state::Scratch, hcw: &DevHc, site: Site, n: usize) -> Result<()> {
         let c = &self.config;
@@ -883,7 +883,10 @@ impl Dsv4Gpu {
         let post = site.post.unwrap_or(Post { from: site.x, out: 0, moe: None, mix: 0 });
         let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
         let smem = if site.norm.is_some() { (d * 4) as u32 } else { 0 };
-        launch!(g, "hc_site", Gpu::cfg((n as u32, hc_slices(hc, d) as u32, 1), HC_SLICE as u32, smem);
+        // one token: hc_site, the mixes summed 32 a lane at once; several: hc_site_rows, one at a time in
+        // fewer registers (several blocks an SM); the same bits
+        let kernel = if n == 1 { "hc_site" } else { "hc_site_rows" };
+        launch!(g, kernel, Gpu::cfg(((n * hc_slices(hc, d)) as u32, 1, 1), HC_SLICE as u32, smem);
             post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
             site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr, hcw.scale.ptr,
             hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);

@@ -529,7 +529,9 @@ mod tests {
 
     #[test]
     fn hc_site_reduce_scatter_gives_the_butterfly_bits() {
-        // 32 sums a lane; lane l is left with value l
+        // 32 sums a lane; lane l is left with value l. The butterfly is warp_sum's, which
+        // hc_site_rows takes a value at a time: hc_site (decode) and hc_site_rows (prefill)
+        // give the same bits
         assert_butterfly_bits::<32>(11, &[16, 8, 4, 2, 1], &[], &[1, 2, 4, 8, 16], |_| true);
         let d: [[f64; 32]; 32] = std::array::from_fn(|l| std::array::from_fn(|k| (l * 32 + k) as f64));
         assert!(reduce_scatter(&d, &[16, 8, 4, 2, 1], &[]).iter().enumerate().all(|(l, &(k, _))| k == l));

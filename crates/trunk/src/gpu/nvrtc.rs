@@ -35,6 +35,7 @@ pub const KERNELS: &[&str] = &[
     "rms_norm_rope",
     "embed_rows",
     "hc_site",
+    "hc_site_rows",
     "hc_sinkhorn",
     "hc_post",
     "rope_rows",

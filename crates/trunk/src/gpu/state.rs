@@ -63,7 +63,7 @@ pub struct Scratch {
     pub argmax: Buf<i32>,
     /// hc_head's per-slice partials of the head rows (`hc_slices` x (hc + 1) a row).
     pub head_mix: Buf<f64>,
-    /// `hc_site`'s count of finished blocks a token (back to 0 after each launch).
+    /// `hc_site`'s (and `hc_site_rows`') count of finished blocks a token (back to 0 after each launch).
     pub site_done: Buf<u32>,
     /// Per-slice (value, index) partials of the head rows' argmax.
     pub argmax_v: Buf<f32>,
