@@ -197,10 +197,18 @@ __device__ __forceinline__ void hc_site_body(HC_SITE_PARAMS) {
               warp = tid >> 5;
     const int e = s * HC_SLICE + tid;
     const bool in = e < width;
+    // hc_site (one token) reads fn's first rows and the tail's weights (base, scale, the norm's) in every
+    // block before its wait, so that they load while the kernel before finishes and the last block, which
+    // alone uses the tail's, has them at hand; hc_site_rows (many blocks a token) reads the tail's in the
+    // last block alone, the norm's after the collapse (fewer registers)
     float early[HC_MIX_EARLY];
+    float b = 0.0f, s0 = 0.0f;
+    NormWeight nw;
     if constexpr (ONE_TOKEN) {
         #pragma unroll
         for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + e] : 0.0f;
+        if (tid < hc) b = base[tid], s0 = scale[0];
+        norm_weight_early(norm_w, d, nw);
     }
     await_inputs();
     const size_t row = rows ? (size_t)rows[t] : (size_t)t;
@@ -263,11 +271,9 @@ __device__ __forceinline__ void hc_site_body(HC_SITE_PARAMS) {
     if (ticket + 1 != slices) return;
     if (tid == 0) done[t] = 0;
     __threadfence();
-    // the weights only this block reads, issued before the partials' sums so that their loads overlap
-    // (hc_site_rows reads the norm's after the collapse: fewer registers)
-    const float b = tid < hc ? base[tid] : 0.0f, s0 = tid < hc ? scale[0] : 0.0f;
-    NormWeight nw;
-    if constexpr (ONE_TOKEN) norm_weight_early(norm_w, d, nw);
+    if constexpr (!ONE_TOKEN) {
+        if (tid < hc) b = base[tid], s0 = scale[0];
+    }
     __shared__ double pre_s[HC_MAX];
     pre_weights(partials + (size_t)t * slices * (nm + 1), slices, nm, hc, width, norm_eps, s0, b, hc_eps, pre_s);
     const float* xc = (mix_prev ? x_out : x_in) + row * width;
