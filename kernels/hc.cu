@@ -153,8 +153,8 @@ __device__ __forceinline__ float post_stream(const double* __restrict__ m, int h
     return (float)acc;
 }
 
-// The first HC_MIX_EARLY rows of fn (all of them for hc <= 4) are read
-// before the kernel waits for its inputs.
+// hc_site reads the first HC_MIX_EARLY rows of fn (all of them for hc <= 4)
+// before it waits for its inputs.
 #define HC_MIX_EARLY 24
 
 // One site's hyper-connection work in one launch: hc_site for one token

@@ -151,10 +151,10 @@ struct Post {
     mix: u64,
 }
 
-/// One site's launch (`hc_site` or `hc_site_rows`): the streams `x` (rows `rows` where not 0), which
-/// `post`, where there is one, writes from its own buffer first; the `nm`
-/// mixes' per-slice partials; the collapsed rows `y`, normalized by the
-/// RMS norm of weight `norm` where it is set.
+/// One site's launch (`hc_site` or `hc_site_rows`): the streams `x` (rows
+/// `rows` where not 0), which `post`, where there is one, writes from its
+/// own buffer first; the `nm` mixes' per-slice partials; the collapsed rows
+/// `y`, normalized by the RMS norm of weight `norm` where it is set.
 struct Site {
     x: u64,
     rows: u64,
