@@ -57,8 +57,8 @@ __device__ __forceinline__ void slice_sums(const double* __restrict__ p, int sli
 
 // pre_j for j < hc into pre_s (shared), from one token's slice partials p
 // (nm mixes a slice): slice_sums, then thread j's pre_weight with b_j and
-// s0 as the caller read them before its wait. Every thread; ends with a
-// barrier.
+// s0 as the caller read them (hc_site before its wait, hc_site_rows in its
+// last block). Every thread; ends with a barrier.
 __device__ __forceinline__ void pre_weights(const double* __restrict__ p, int slices, int nm, int hc, int width,
                                             float norm_eps, float s0, float bj, float hc_eps, double* pre_s) {
     __shared__ double m[HC_MAX];
