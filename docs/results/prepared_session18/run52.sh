@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # prepared in the eighteenth session for the next (perf.md "The gap" item 11): PK = next/product-kernels e0c6582 (a
-# one-token product kernel per rows a warp and format; target/vPK/memra), PK2 = next/product-rows2 7828894 (PK with FP8
+# one-token product kernel per rows a warp and format; target/vPK/memra), PK2 = next/product-rows2 9221c36 (built at 7828894, a comment apart; PK with FP8
 # products at most 2 rows a warp; target/vPK2/memra), M = main (target/device/memra): the flash-shape chunk gate on
 # both, Nsight Compute's fetch stalls on both (the launches run 4 of the eighteenth session profiled on main), rooflines
 # 1k alternating PK2, PK, M; `same` for the faster is the next run's
