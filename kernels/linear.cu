@@ -7,8 +7,8 @@
 // results do not depend on the batch. Three kernels form it:
 // - the prefill tiles `linear_f32` / `linear_grouped` (8 rows x 8 tokens a
 //   block, linear_tile_pairs below);
-// - the decode rows `linear_t1_r{1,2,4}` (one token, its row staged whole,
-//   each warp 1, 2 or 4 rows);
+// - the decode rows `linear_t1_r{1,2,4}_{f32,bf16,fp8,fp4}` (one token, its
+//   row staged whole, each warp 1, 2 or 4 rows; a kernel per format);
 // - `linear_f32_t1` / `linear_grouped_t1`, one warp a row and a tile of
 //   one token, for a decode row too wide to stage whole.
 //
@@ -378,32 +378,33 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const Mat& w2, int
     }
 }
 
-template <int NR>
+// One kernel per (rows a warp, format): each holds one format's path alone
+// (both arms, scaled codes and dequantized), so that the code a warp runs
+// is compact (gpu/device.rs `decode_rows` picks the name).
+template <int FMT, int NR>
 __device__ __forceinline__ void linear_rows(const Mat& w, const Mat& w2, int na, const float* x, int x_group, float* y,
                                             float* y2, int row0, int nrows) {
     const int z = blockIdx.z;
     x += (size_t)z * x_group;
     y += (size_t)z * nrows;
     row0 += z * nrows;
-    switch (w.fmt) {
-        case FMT_BF16: linear_rows_fmt<FMT_BF16, NR>(w, w2, na, x, y, y2, row0, nrows, xs_dyn); break;
-        case FMT_FP8: linear_rows_fmt<FMT_FP8, NR>(w, w2, na, x, y, y2, row0, nrows, xs_dyn); break;
-        case FMT_FP4: linear_rows_fmt<FMT_FP4, NR>(w, w2, na, x, y, y2, row0, nrows, xs_dyn); break;
-        default: linear_rows_fmt<FMT_F32, NR>(w, w2, na, x, y, y2, row0, nrows, xs_dyn); break;
+    linear_rows_fmt<FMT, NR>(w, w2, na, x, y, y2, row0, nrows, xs_dyn);
+}
+
+#define LINEAR_T1(NAME, FMT, NR)                                                                                  \
+    extern "C" __global__ void NAME(Mat w, Mat w2, int na, const float* __restrict__ x, int x_group,              \
+                                    float* __restrict__ y, float* __restrict__ y2, int row0, int nrows) {        \
+        linear_rows<FMT, NR>(w, w2, na, x, x_group, y, y2, row0, nrows);                                          \
     }
-}
-
-extern "C" __global__ void linear_t1_r1(Mat w, Mat w2, int na, const float* __restrict__ x, int x_group,
-                                        float* __restrict__ y, float* __restrict__ y2, int row0, int nrows) {
-    linear_rows<1>(w, w2, na, x, x_group, y, y2, row0, nrows);
-}
-
-extern "C" __global__ void linear_t1_r2(Mat w, Mat w2, int na, const float* __restrict__ x, int x_group,
-                                        float* __restrict__ y, float* __restrict__ y2, int row0, int nrows) {
-    linear_rows<2>(w, w2, na, x, x_group, y, y2, row0, nrows);
-}
-
-extern "C" __global__ void linear_t1_r4(Mat w, Mat w2, int na, const float* __restrict__ x, int x_group,
-                                        float* __restrict__ y, float* __restrict__ y2, int row0, int nrows) {
-    linear_rows<4>(w, w2, na, x, x_group, y, y2, row0, nrows);
-}
+LINEAR_T1(linear_t1_r1_f32, FMT_F32, 1)
+LINEAR_T1(linear_t1_r2_f32, FMT_F32, 2)
+LINEAR_T1(linear_t1_r4_f32, FMT_F32, 4)
+LINEAR_T1(linear_t1_r1_bf16, FMT_BF16, 1)
+LINEAR_T1(linear_t1_r2_bf16, FMT_BF16, 2)
+LINEAR_T1(linear_t1_r4_bf16, FMT_BF16, 4)
+LINEAR_T1(linear_t1_r1_fp8, FMT_FP8, 1)
+LINEAR_T1(linear_t1_r2_fp8, FMT_FP8, 2)
+LINEAR_T1(linear_t1_r4_fp8, FMT_FP8, 4)
+LINEAR_T1(linear_t1_r1_fp4, FMT_FP4, 1)
+LINEAR_T1(linear_t1_r2_fp4, FMT_FP4, 2)
+LINEAR_T1(linear_t1_r4_fp4, FMT_FP4, 4)

@@ -46,8 +46,17 @@ pub const ROW_SMEM_MAX: usize = 112 << 10;
 /// those that stage a whole activation row (kernels/common.cuh
 /// `staged_row_dots`) and the prefill tiles (kernels/linear.cu
 /// `linear_tile_pairs`); they opt in to [`ROW_SMEM_MAX`].
-const WHOLE_ROW_KERNELS: [&str; 7] =
-    ["linear_t1_r1", "linear_t1_r2", "linear_t1_r4", "expert_gate_up", "expert_down", "linear_f32", "linear_grouped"];
+const WHOLE_ROW_KERNELS: [&str; 4] = ["expert_gate_up", "expert_down", "linear_f32", "linear_grouped"];
+
+/// The one-token product kernels (kernels/linear.cu `LINEAR_T1`): one per
+/// rows a warp (1, 2, 4; the outer index 0, 1, 2) and weight format (the
+/// inner index: `Mat.fmt`, F32, BF16, FP8, FP4). Each stages a whole
+/// activation row, like [`WHOLE_ROW_KERNELS`].
+pub const LINEAR_T1_KERNELS: [[&str; 4]; 3] = [
+    ["linear_t1_r1_f32", "linear_t1_r1_bf16", "linear_t1_r1_fp8", "linear_t1_r1_fp4"],
+    ["linear_t1_r2_f32", "linear_t1_r2_bf16", "linear_t1_r2_fp8", "linear_t1_r2_fp4"],
+    ["linear_t1_r4_f32", "linear_t1_r4_bf16", "linear_t1_r4_fp8", "linear_t1_r4_fp4"],
+];
 
 /// Tokens (or pairs of one expert) the prefill's group kernels stage whole
 /// at once (kernels/common.cuh `GROUP_TOKENS`; kernels/linear.cu
@@ -212,7 +221,7 @@ impl Gpu {
                 100,
             )
             .map_err(|e| anyhow!("kernel `{k}`: setting its shared memory carveout: {e}"))?;
-            let opt_in = if WHOLE_ROW_KERNELS.contains(&k) {
+            let opt_in = if WHOLE_ROW_KERNELS.contains(&k) || LINEAR_T1_KERNELS.iter().flatten().any(|n| *n == k) {
                 Some(ROW_SMEM_MAX)
             } else if GROUP_KERNELS.contains(&k) {
                 Some(GROUP_SMEM_MAX)
@@ -486,11 +495,15 @@ impl Gpu {
             None => (w.arg, y, nrows as i32),
         };
         let rpw = rows_per_warp(nrows * groups, self.sm_count);
-        let kernel = match rpw {
-            4 => "linear_t1_r4",
-            2 => "linear_t1_r2",
-            _ => "linear_t1_r1",
-        };
+        let by_rows = &LINEAR_T1_KERNELS[match rpw {
+            4 => 2,
+            2 => 1,
+            _ => 0,
+        }];
+        let kernel = *usize::try_from(w.arg.fmt)
+            .ok()
+            .and_then(|f| by_rows.get(f))
+            .ok_or_else(|| anyhow!("a decode product of weight format {}: no kernel for it", w.arg.fmt))?;
         // a row so wide that its staging limits an SM to a few blocks: twice
         // the warps share it
         let warps = if smem > WIDE_ROW_SMEM { 2 * DECODE_WARPS } else { DECODE_WARPS };
@@ -691,6 +704,29 @@ mod tests {
             let r = rows_per_warp(rows, sms);
             let blocks = rows.div_ceil(DECODE_WARPS * r);
             assert!(r == 1 || blocks >= 2 * sms, "{rows} rows on {sms} SMs: {r} per warp leaves {blocks} blocks");
+        }
+    }
+
+    #[test]
+    fn linear_t1_kernels_are_named_by_rows_and_format() {
+        // each table entry is a LINEAR_T1 line of kernels/linear.cu with the
+        // table's rows a warp and format, and is loaded (nvrtc::KERNELS)
+        let src = include_str!("../../../../kernels/linear.cu");
+        let fmts = ["FMT_F32", "FMT_BF16", "FMT_FP8", "FMT_FP4"];
+        let mut defined = 0;
+        for (ri, rows) in [1, 2, 4].into_iter().enumerate() {
+            for (fi, fmt) in fmts.iter().enumerate() {
+                let name = LINEAR_T1_KERNELS[ri][fi];
+                assert!(src.contains(&format!("LINEAR_T1({name}, {fmt}, {rows})\n")), "{name}");
+                assert!(nvrtc::KERNELS.contains(&name), "{name} is not loaded");
+                defined += 1;
+            }
+        }
+        // and no other LINEAR_T1 kernel exists that the table would miss
+        assert_eq!(src.matches("\nLINEAR_T1(").count(), defined);
+        // the formats' numbers are Mat.fmt's (weights.rs, common.cuh)
+        for (f, fmt) in fmts.iter().enumerate() {
+            assert!(include_str!("../../../../kernels/common.cuh").contains(&format!("#define {fmt} {f}\n")));
         }
     }
 
