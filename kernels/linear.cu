@@ -4,9 +4,11 @@
 // however many tokens its launch holds (common.cuh: 16-byte chunks, lane l
 // of 32 taking chunks l, l + 32, ..., a partial per chunk, the lanes' sums
 // by a fixed butterfly), accumulating in f64 (the CPU twin's precision), so
-// results do not depend on the batch. Three kernels form it:
+// results do not depend on the batch. Four families of kernels form it:
 // - the prefill tiles `linear_f32` / `linear_grouped` (8 rows x 8 tokens a
 //   block, linear_tile_pairs below);
+// - the prefill and chunk groups `linear_groups` (a group of tokens staged
+//   whole, linear_group below);
 // - the decode rows `linear_t1_r{1,2,4}_{f32,bf16,fp8,fp4}` (one token, its
 //   row staged whole, each warp 1, 2 or 4 rows; a kernel per format);
 // - `linear_f32_t1` / `linear_grouped_t1`, one warp a row and a tile of
