@@ -48,14 +48,14 @@ pub const ROW_SMEM_MAX: usize = 112 << 10;
 /// `linear_tile_pairs`); they opt in to [`ROW_SMEM_MAX`].
 const WHOLE_ROW_KERNELS: [&str; 4] = ["expert_gate_up", "expert_down", "linear_f32", "linear_grouped"];
 
-/// The one-token product kernels (kernels/linear.cu `LINEAR_T1`): one per
-/// rows a warp (1, 2, 4; the outer index 0, 1, 2) and weight format (the
-/// inner index: `Mat.fmt`, F32, BF16, FP8, FP4). Each stages a whole
-/// activation row, like [`WHOLE_ROW_KERNELS`].
-pub const LINEAR_T1_KERNELS: [[&str; 4]; 3] = [
-    ["linear_t1_r1_f32", "linear_t1_r1_bf16", "linear_t1_r1_fp8", "linear_t1_r1_fp4"],
-    ["linear_t1_r2_f32", "linear_t1_r2_bf16", "linear_t1_r2_fp8", "linear_t1_r2_fp4"],
-    ["linear_t1_r4_f32", "linear_t1_r4_bf16", "linear_t1_r4_fp8", "linear_t1_r4_fp4"],
+/// The one-token product kernels (kernels/linear.cu `LINEAR_T1`): for each
+/// rows a warp ([`rows_per_warp`]), one per weight format (the index:
+/// `Mat.fmt`, F32, BF16, FP8, FP4). Each stages a whole activation row,
+/// like [`WHOLE_ROW_KERNELS`].
+pub const LINEAR_T1_KERNELS: [(usize, [&str; 4]); 3] = [
+    (1, ["linear_t1_r1_f32", "linear_t1_r1_bf16", "linear_t1_r1_fp8", "linear_t1_r1_fp4"]),
+    (2, ["linear_t1_r2_f32", "linear_t1_r2_bf16", "linear_t1_r2_fp8", "linear_t1_r2_fp4"]),
+    (4, ["linear_t1_r4_f32", "linear_t1_r4_bf16", "linear_t1_r4_fp8", "linear_t1_r4_fp4"]),
 ];
 
 /// Tokens (or pairs of one expert) the prefill's group kernels stage whole
@@ -221,13 +221,14 @@ impl Gpu {
                 100,
             )
             .map_err(|e| anyhow!("kernel `{k}`: setting its shared memory carveout: {e}"))?;
-            let opt_in = if WHOLE_ROW_KERNELS.contains(&k) || LINEAR_T1_KERNELS.iter().flatten().any(|n| *n == k) {
-                Some(ROW_SMEM_MAX)
-            } else if GROUP_KERNELS.contains(&k) {
-                Some(GROUP_SMEM_MAX)
-            } else {
-                None
-            };
+            let opt_in =
+                if WHOLE_ROW_KERNELS.contains(&k) || LINEAR_T1_KERNELS.iter().any(|(_, names)| names.contains(&k)) {
+                    Some(ROW_SMEM_MAX)
+                } else if GROUP_KERNELS.contains(&k) {
+                    Some(GROUP_SMEM_MAX)
+                } else {
+                    None
+                };
             if let Some(bytes) = opt_in {
                 f.set_attribute(
                     cudarc::driver::sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -495,14 +496,11 @@ impl Gpu {
             None => (w.arg, y, nrows as i32),
         };
         let rpw = rows_per_warp(nrows * groups, self.sm_count);
-        let by_rows = &LINEAR_T1_KERNELS[match rpw {
-            4 => 2,
-            2 => 1,
-            _ => 0,
-        }];
-        let kernel = *usize::try_from(w.arg.fmt)
-            .ok()
-            .and_then(|f| by_rows.get(f))
+        let kernel = *LINEAR_T1_KERNELS
+            .iter()
+            .find(|(rows, _)| *rows == rpw)
+            .zip(usize::try_from(w.arg.fmt).ok())
+            .and_then(|((_, names), f)| names.get(f))
             .ok_or_else(|| anyhow!("a decode product of weight format {}: no kernel for it", w.arg.fmt))?;
         // a row so wide that its staging limits an SM to a few blocks: twice
         // the warps share it
@@ -714,9 +712,8 @@ mod tests {
         let src = include_str!("../../../../kernels/linear.cu");
         let fmts = ["FMT_F32", "FMT_BF16", "FMT_FP8", "FMT_FP4"];
         let mut defined = 0;
-        for (ri, rows) in [1, 2, 4].into_iter().enumerate() {
-            for (fi, fmt) in fmts.iter().enumerate() {
-                let name = LINEAR_T1_KERNELS[ri][fi];
+        for (rows, names) in LINEAR_T1_KERNELS {
+            for (name, fmt) in names.into_iter().zip(fmts) {
                 assert!(src.contains(&format!("LINEAR_T1({name}, {fmt}, {rows})\n")), "{name}");
                 assert!(nvrtc::KERNELS.contains(&name), "{name} is not loaded");
                 defined += 1;
