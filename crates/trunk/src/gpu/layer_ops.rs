@@ -144,7 +144,12 @@ impl Dsv4Gpu {
         g.lin_pair(&dl.wq_a, &dl.wkv, hq, sc.qr.ptr, sc.kv.ptr, n)?;
         self.norm(g, sc.qr.ptr, dl.q_norm.ptr, n, c.q_lora_rank)?;
         let qrq = self.act(g, &sc.qr, &sc.qrq, n, c.q_lora_rank)?;
-        self.lin(g, &dl.wq_b, qrq, sc.q.ptr, n)?;
+        // the indexer's queries read the same input: one launch for both
+        // where they pair (`lin_pair`: one format and width, one token)
+        match index_pool {
+            Some((_, wq, ..)) => g.lin_pair(&dl.wq_b, wq, qrq, sc.q.ptr, sc.iq.ptr, n)?,
+            None => self.lin(g, &dl.wq_b, qrq, sc.q.ptr, n)?,
+        }
         // each head's query normalized (no weight) and rotated, and the key
         // (with its norm's weight), in one launch
         launch!(g, "rms_norm_rope", Gpu::cfg(((n * nh + n) as u32, 1, 1), 256, 0);
@@ -154,9 +159,8 @@ impl Dsv4Gpu {
             let nope = hd - rd;
             launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
         }
-        if let Some((_, wq, _, _, _, eb)) = index_pool {
+        if let Some((_, _, _, _, _, eb)) = index_pool {
             self.mark(si, "attn.indexer")?;
-            self.lin(g, wq, qrq, sc.iq.ptr, n)?;
             launch!(g, "rope_rows", Gpu::cfg(((n * hi) as u32, 1, 1), 32, 0); sc.iq.ptr, hi as i32, di as i32, rope_compress, npairs, pos0, 0i32);
             if fp8 {
                 launch!(g, "indexer_rows", Gpu::cfg(((n * hi) as u32, 1, 1), pool_block(di), (di * 8) as u32); sc.iq.ptr, di as i32);
