@@ -12,6 +12,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use trunk::config::AttnKind;
+use trunk::cpu::ops::indexer::selects_all;
 use trunk::cpu::Logits;
 use trunk::gpu::Dsv4Gpu;
 use trunk::weights::matrix::Matrix;
@@ -156,14 +157,17 @@ fn mat(m: &Matrix) -> (f64, f64) {
     (m.stored_bytes() as f64, (m.rows * m.cols) as f64)
 }
 
-/// Bytes and FLOPs of one token at position `p` through the whole model.
+/// Bytes and FLOPs of one token at position `p` through the whole model,
+/// decoded alone (its chunk ends at `p + 1`).
 /// Returns (weight bytes, per-token weight MACs, cache bytes, attention FLOPs).
 pub fn token_cost(w: &Dsv4Weights, p: usize) -> (f64, f64, f64, f64) {
-    token_cost_of(w, p, 0..w.layers.len(), true)
+    token_cost_of(w, p, p + 1, 0..w.layers.len(), true)
 }
 
-/// `token_cost` for the layers `layers`, with the LM head when `head`.
-pub fn token_cost_of(w: &Dsv4Weights, p: usize, layers: Range<usize>, head: bool) -> (f64, f64, f64, f64) {
+/// `token_cost` for the layers `layers`, with the LM head when `head`, of
+/// a token in a chunk that ends at position `end` (the forward runs the
+/// indexer for a whole chunk or skips it for a whole chunk).
+pub fn token_cost_of(w: &Dsv4Weights, p: usize, end: usize, layers: Range<usize>, head: bool) -> (f64, f64, f64, f64) {
     let c = &w.config;
     let (mut cache, mut attn) = (0.0, 0.0);
     let mut mats: Vec<&Matrix> = if head { vec![&w.head] } else { vec![] };
@@ -175,8 +179,16 @@ pub fn token_cost_of(w: &Dsv4Weights, p: usize, layers: Range<usize>, head: bool
         if let Some(cw) = &a.compressor {
             mats.extend([&cw.wkv, &cw.wgate]);
         }
+        // the indexer's queries, weights and scores only where it does not
+        // select every visible entry (cpu/ops/indexer.rs `selects_all`: the
+        // GPU forward skips them there); its compressor always runs
+        let vis = (p + 1) / c.csa_ratio;
+        let indexes = !selects_all(end / c.csa_ratio, c.index_topk);
         if let Some(iw) = &a.indexer {
-            mats.extend([&iw.wq_b, &iw.weights_proj, &iw.compressor.wkv, &iw.compressor.wgate]);
+            mats.extend([&iw.compressor.wkv, &iw.compressor.wgate]);
+            if indexes {
+                mats.extend([&iw.wq_b, &iw.weights_proj]);
+            }
         }
         mats.extend([&lw.ffn.shared.w1, &lw.ffn.shared.w2, &lw.ffn.shared.w3]);
         let e = &lw.ffn.experts[0];
@@ -196,8 +208,8 @@ pub fn token_cost_of(w: &Dsv4Weights, p: usize, layers: Range<usize>, head: bool
             };
         cache += 4.0 * keys * hd;
         attn += 4.0 * nh * hd * keys;
-        if c.layer_types[l] == AttnKind::Csa {
-            let vis = ((p + 1) / c.csa_ratio) as f64;
+        if c.layer_types[l] == AttnKind::Csa && indexes {
+            let vis = vis as f64;
             let di = c.index_head_dim as f64;
             cache += 4.0 * vis * di;
             attn += 2.0 * c.index_n_heads as f64 * di * vis;
@@ -246,8 +258,8 @@ pub fn copy_bound_of(w: &Dsv4Weights, stages: &[Range<usize>], gbps: &[f64], ps:
     let (mut secs, mut bytes) = (0.0, 0.0);
     for (i, r) in stages.iter().enumerate() {
         let head = i + 1 == stages.len();
-        let (wb, _, _, _) = token_cost_of(w, ps.start, r.clone(), head);
-        let cache: f64 = ps.clone().map(|p| token_cost_of(w, p, r.clone(), head).2).sum();
+        let (wb, _, _, _) = token_cost_of(w, ps.start, ps.end, r.clone(), head);
+        let cache: f64 = ps.clone().map(|p| token_cost_of(w, p, ps.end, r.clone(), head).2).sum();
         secs += (wb + cache) / (gbps[i] * 1e9);
         bytes += wb + cache;
     }
@@ -342,8 +354,9 @@ pub fn prefill_case(gpu: &Dsv4Gpu, ceil: &Ceilings, n: usize, reps: usize) -> Re
             times.push(timed(&ctx_, &stream, || gpu.prefill_with_cache(&mut st, &tokens, Logits::Last).map(|_| ()))?);
         }
     }
-    let (_, macs, _, _) = token_cost(&gpu.weights, 0);
-    let attn: f64 = (0..n).map(|p| token_cost(&gpu.weights, p).3).sum();
+    let cost = |p: usize| token_cost_of(&gpu.weights, p, n, 0..gpu.weights.layers.len(), true);
+    let (_, macs, _, _) = cost(0);
+    let attn: f64 = (0..n).map(|p| cost(p).3).sum();
     let flops = 2.0 * macs * n as f64 + attn;
     let (bound_secs, bytes) = copy_bound(gpu, ceil, 0..n);
     let c = Case::of(format!("prefill {n}"), n, 0, times, bytes, flops, bound_secs, ceil);
@@ -368,8 +381,9 @@ mod tests {
         // one stage: the weights once, every position's cache rows
         let whole = [Range { start: 0, end: n }];
         let (secs, bytes) = copy_bound_of(w, &whole, &[100.0], 0..8);
-        let (wb, _, _, _) = token_cost(w, 0);
-        let cache: f64 = (0..8).map(|p| token_cost(w, p).2).sum();
+        let all = || 0..n;
+        let (wb, _, _, _) = token_cost_of(w, 0, 8, all(), true);
+        let cache: f64 = (0..8).map(|p| token_cost_of(w, p, 8, all(), true).2).sum();
         assert!(cache > 0.0);
         assert!(close(bytes, wb + cache), "{bytes} vs {}", wb + cache);
         assert!(close(secs, bytes / 100e9));
@@ -380,10 +394,38 @@ mod tests {
         // a slower second device: its stage (with the head) at its own rate
         let (s_slow, _) = copy_bound_of(w, &split, &[100.0, 50.0], 0..8);
         let stage = |r: Range<usize>, head: bool| {
-            token_cost_of(w, 0, r.clone(), head).0 + (0..8).map(|p| token_cost_of(w, p, r.clone(), head).2).sum::<f64>()
+            token_cost_of(w, 0, 8, r.clone(), head).0
+                + (0..8).map(|p| token_cost_of(w, p, 8, r.clone(), head).2).sum::<f64>()
         };
         let want = stage(0..n / 2, false) / 100e9 + stage(n / 2..n, true) / 50e9;
         assert!(close(s_slow, want), "{s_slow} vs {want}");
         assert!(s_slow > secs);
+    }
+
+    #[test]
+    fn the_indexer_is_charged_only_where_it_does_not_select_every_entry() {
+        let m = trunk::model::embedded_model(ExpertArm::Native).unwrap();
+        let w = &m.weights;
+        let c = &w.config;
+        let csa: Vec<usize> = (0..w.layers.len()).filter(|&l| c.layer_types[l] == AttnKind::Csa).collect();
+        assert!(!csa.is_empty(), "the embedded model has no CSA layer");
+        let query: f64 = csa
+            .iter()
+            .map(|&l| {
+                let iw = w.layers[l].attn.indexer.as_ref().unwrap();
+                (iw.wq_b.stored_bytes() + iw.weights_proj.stored_bytes()) as f64
+            })
+            .sum();
+        assert!(query > 0.0);
+        // the last chunk end whose token sees at most index_topk entries, and the first past it
+        let last_all = (c.index_topk + 1) * c.csa_ratio - 1;
+        let cost = |p: usize, end: usize| token_cost_of(w, p, end, 0..w.layers.len(), true);
+        let (below, above) = (cost(last_all - 1, last_all), cost(last_all, last_all + 1));
+        assert!(close(above.0 - below.0, query), "{} vs {query}", above.0 - below.0);
+        // the indexer's cache rows and scores are charged with it
+        assert!(above.2 > below.2 && above.3 > below.3);
+        // a token early in a long chunk is charged as its chunk runs: with the indexer
+        assert!(close(cost(0, last_all + 1).0, above.0));
+        assert!(close(token_cost(w, 0).0, below.0));
     }
 }

@@ -8,6 +8,7 @@ use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
 use crate::config::{AttnKind, ScoringFunc};
+use crate::cpu::ops::indexer;
 use crate::cpu::{Logits, Variant};
 use crate::launch;
 
@@ -108,6 +109,13 @@ impl Dsv4Gpu {
         }
         let closing = (t0 + n) / ratio - t0 / ratio;
         let (hi, di) = (c.index_n_heads, c.index_head_dim);
+        // while the chunk's last token sees at most `index_topk` entries, the
+        // indexer selects every visible entry in order whatever it scores
+        // (cpu/ops/indexer.rs `selects_all`): its queries, weights, scores and
+        // top-k are skipped, and the attention reads the entries as an HCA
+        // layer does, the same keys in the same order (kernels/attention.cu
+        // `key_row`), so the same bits. Its compressor still writes entries.
+        let index_query = index_pool.filter(|_| !indexer::selects_all((t0 + n) / ratio, c.index_topk));
         // the compressors and the indexer's head weights read only the
         // layer's input: a branch beside the queries and keys
         let branched = comp_pool.is_some() || index_pool.is_some();
@@ -126,7 +134,7 @@ impl Dsv4Gpu {
                     launch!(g, "compress_ring_append", Gpu::cfg((n.min(prows) as u32, 1, 1), 256, 0);
                         pb, prows as i32, sc.ckv.ptr, sc.cgate.ptr, w as i32, n as i32, t0 as i32);
                 }
-                if let Some((ic, _, wp, pb, prows, eb)) = index_pool {
+                if let Some((ic, _, _, pb, prows, eb)) = index_pool {
                     g.lin_pair(&ic.wkv, &ic.wgate, sc.h.ptr, sc.ikv.ptr, sc.igate.ptr, n)?;
                     if closing > 0 {
                         launch!(g, "compress_pool", Gpu::cfg((closing as u32, 1, 1), pool_block(di), (di * 8) as u32);
@@ -136,6 +144,8 @@ impl Dsv4Gpu {
                     }
                     launch!(g, "compress_ring_append", Gpu::cfg((n.min(prows) as u32, 1, 1), 256, 0);
                         pb, prows as i32, sc.ikv.ptr, sc.igate.ptr, (2 * di) as i32, n as i32, t0 as i32);
+                }
+                if let Some((_, _, wp, ..)) = index_query {
                     self.lin(g, wp, sc.h.ptr, sc.iw.ptr, n)?;
                 }
                 Ok(())
@@ -146,7 +156,7 @@ impl Dsv4Gpu {
         let qrq = self.act(g, &sc.qr, &sc.qrq, n, c.q_lora_rank)?;
         // the indexer's queries read the same input: one launch for both
         // where they pair (`lin_pair`: one format and width, one token)
-        match index_pool {
+        match index_query {
             Some((_, wq, ..)) => g.lin_pair(&dl.wq_b, wq, qrq, sc.q.ptr, sc.iq.ptr, n)?,
             None => self.lin(g, &dl.wq_b, qrq, sc.q.ptr, n)?,
         }
@@ -159,7 +169,7 @@ impl Dsv4Gpu {
             let nope = hd - rd;
             launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
         }
-        if let Some((_, _, _, _, _, eb)) = index_pool {
+        if let Some((_, _, _, _, _, eb)) = index_query {
             self.mark(si, "attn.indexer")?;
             launch!(g, "rope_rows", Gpu::cfg(((n * hi) as u32, 1, 1), 32, 0); sc.iq.ptr, hi as i32, di as i32, rope_compress, npairs, pos0, 0i32);
             if fp8 {
@@ -181,8 +191,16 @@ impl Dsv4Gpu {
             sel = sc.sel.ptr;
             topk = c.index_topk as i32;
             max_ent = c.index_topk;
-        } else if branched {
-            g.branch_join()?;
+        } else {
+            if index_pool.is_some() {
+                // every visible entry, as HCA reads them; at most `index_topk`
+                // of them, the bound the indexed steps give the attention
+                mode = 1;
+                max_ent = c.index_topk;
+            }
+            if branched {
+                g.branch_join()?;
+            }
         }
 
         if pass == Pass::Block {

@@ -23,6 +23,14 @@ pub fn top_k(scores: &[f64], k: usize) -> Vec<usize> {
     idx
 }
 
+/// Whether `top_k` of `visible` scores keeps every one of them, in order,
+/// whatever the scores: then a query's selection is its visible entries
+/// `0 .. visible`, and a forward may take them without the indexer's
+/// queries, scores and top-k (the GPU forward does, `gpu/layer_ops.rs`).
+pub fn selects_all(visible: usize, k: usize) -> bool {
+    visible <= k
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,5 +41,17 @@ mod tests {
         assert_eq!(top_k(&[0.1, 0.9, 0.5, 0.9, -1.0], 3), vec![1, 2, 3]);
         assert_eq!(top_k(&[0.3, 0.3, 0.3], 1), vec![0]);
         assert_eq!(top_k(&[0.3], 5), vec![0]);
+    }
+
+    #[test]
+    fn selects_all_exactly_where_top_k_keeps_every_entry_in_order() {
+        let mut rng = crate::synth::rng::Rng::new(3, "selects_all", 0);
+        for k in [1, 6, 16, 512] {
+            for visible in [0, 1, k / 2, k - 1, k, k + 1, k + 7, 2 * k] {
+                let scores: Vec<f64> = (0..visible).map(|_| rng.uniform() - 0.5).collect();
+                let all = top_k(&scores, k) == (0..visible).collect::<Vec<_>>();
+                assert_eq!(selects_all(visible, k), all, "k {k}, visible {visible}");
+            }
+        }
     }
 }
