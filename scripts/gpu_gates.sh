@@ -78,6 +78,10 @@ flash() { # the teacher-forced gate at DSV4-Flash widths (4 layers, generated in
     step "tf flash4 $v" $M gate tf $F /tmp/m/bank_flash4_$v.json $OUT/tf_flash4_$v
   done
   step "tf flash4 exact per-expert" $M gate tf $F /tmp/m/bank_flash4_exact.json $OUT/tf_flash4_perexpert --moe per-expert
+  # past the indexer's bound (index_topk 512 x CSA ratio 4): chunks ending by position 2050 skip the indexer, the last
+  # chunk, the one-chunk prefill and the decode steps from position 2051 run it, each against the others bit for bit
+  step "chunks flash4 exact past the indexer's bound" $M gate chunks $F --variant exact --prompt-len 2176 --widths 256 \
+    --out $OUT/chunks_flash4_indexer.json
 }
 hostcache() {
   models
