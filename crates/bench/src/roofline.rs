@@ -173,17 +173,17 @@ pub fn token_cost_of(w: &Dsv4Weights, p: usize, end: usize, layers: Range<usize>
     let mut mats: Vec<&Matrix> = if head { vec![&w.head] } else { vec![] };
     let mut extra_bytes = 0.0;
     let mut extra_macs = 0.0;
+    // the indexer's queries, weights and scores only where it does not
+    // select every visible entry (cpu/ops/indexer.rs `selects_all`: the GPU
+    // forward skips them for the whole chunk there); its compressor always
+    // runs
+    let indexes = !selects_all(end / c.csa_ratio, c.index_topk);
     for (l, lw) in w.layers.iter().enumerate().filter(|(l, _)| layers.contains(l)) {
         let a = &lw.attn;
         mats.extend([&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b, &lw.ffn.gate]);
         if let Some(cw) = &a.compressor {
             mats.extend([&cw.wkv, &cw.wgate]);
         }
-        // the indexer's queries, weights and scores only where it does not
-        // select every visible entry (cpu/ops/indexer.rs `selects_all`: the
-        // GPU forward skips them there); its compressor always runs
-        let vis = (p + 1) / c.csa_ratio;
-        let indexes = !selects_all(end / c.csa_ratio, c.index_topk);
         if let Some(iw) = &a.indexer {
             mats.extend([&iw.compressor.wkv, &iw.compressor.wgate]);
             if indexes {
@@ -209,7 +209,7 @@ pub fn token_cost_of(w: &Dsv4Weights, p: usize, end: usize, layers: Range<usize>
         cache += 4.0 * keys * hd;
         attn += 4.0 * nh * hd * keys;
         if c.layer_types[l] == AttnKind::Csa && indexes {
-            let vis = vis as f64;
+            let vis = ((p + 1) / c.csa_ratio) as f64;
             let di = c.index_head_dim as f64;
             cache += 4.0 * vis * di;
             attn += 2.0 * c.index_n_heads as f64 * di * vis;
