@@ -115,7 +115,9 @@ impl Dsv4Gpu {
         // top-k are skipped, and the attention reads the entries as an HCA
         // layer does, the same keys in the same order (kernels/attention.cu
         // `key_row`), so the same bits. Its compressor still writes entries.
-        let index_query = index_pool.filter(|_| !indexer::selects_all((t0 + n) / ratio, c.index_topk));
+        // entries the chunk's last token sees
+        let vis_max = (t0 + n) / ratio;
+        let index_query = index_pool.filter(|_| !indexer::selects_all(vis_max, c.index_topk));
         // the compressors and the indexer's head weights read only the
         // layer's input: a branch beside the queries and keys
         let branched = comp_pool.is_some() || index_pool.is_some();
@@ -179,7 +181,6 @@ impl Dsv4Gpu {
                 g.branch_join()?;
             }
             let me = sc.max_entries;
-            let vis_max = (t0 + n) / ratio;
             // key groups per token: at most what the SMs hold at once (the blocks loop over groups)
             let fit = g.resident_grid("indexer_scores", 256, 0, n)?;
             let groups = vis_max.div_ceil(INDEXER_KEYS_PER_BLOCK).clamp(1, fit);
