@@ -14,7 +14,8 @@ use kvstate::StateStore;
 use super::device::{Buf, Gpu};
 use super::graph::{StepGraphs, StepKey};
 use super::profile::ProfileCell;
-use super::state::{hc_slices, GpuState, ScratchDims, HC_SLICE};
+use super::sites::post_plan;
+use super::state::{GpuState, ScratchDims};
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
 use crate::config::{AttnKind, Dsv4Config};
 pub use crate::cpu::ops::moe::MoeArm;
@@ -137,50 +138,6 @@ pub struct VramLine {
     pub weights: usize,
     pub free: usize,
     pub total: usize,
-}
-
-/// The post of a block (kernels/hc.cu `post_stream`): the streams it
-/// reads (`from`), the block's output `out` (with `moe`, its slot
-/// outputs, slots a token, and whether to leave out the shared expert in
-/// `out`), and the mixes `mix` of the block's site.
-#[derive(Clone, Copy)]
-struct Post {
-    from: u64,
-    out: u64,
-    moe: Option<(u64, usize, bool)>,
-    mix: u64,
-}
-
-/// One site's launch (`hc_site` or `hc_site_rows`): the streams `x` (rows
-/// `rows` where not 0), which `post`, where there is one, writes from its
-/// own buffer first; the `nm` mixes' per-slice partials; the collapsed rows
-/// `y`, normalized by the RMS norm of weight `norm` where it is set.
-struct Site {
-    x: u64,
-    rows: u64,
-    post: Option<Post>,
-    nm: usize,
-    partials: u64,
-    norm: Option<u64>,
-    y: u64,
-}
-
-/// For each layer of a stage, (layer, pending, finish): whether it
-/// applies the layer before's MoE post at its attention site, and whether
-/// it applies its own at its end. A layer finishes where the streams must
-/// be whole: the stage's last layer (they leave the stage or reach the
-/// head) and every `captured` one (they are copied out).
-fn post_plan(layers: Range<usize>, captured: impl Fn(usize) -> bool) -> Vec<(usize, bool, bool)> {
-    let end = layers.end;
-    let mut pending = false;
-    layers
-        .map(|l| {
-            let finish = l + 1 == end || captured(l);
-            let step = (l, pending, finish);
-            pending = !finish;
-            step
-        })
-        .collect()
 }
 
 fn gb(b: usize) -> f64 {
@@ -844,173 +801,14 @@ impl Dsv4Gpu {
         g.lin(w, x, y, n)
     }
 
-    /// The head rows (`n` indices at the device address `rows`) of the
-    /// streams collapsed into `sc.hy` (`hc_site` with `hc_head`'s mixes), and
-    /// with `norm` (the final norm's weight) normalized.
-    pub(super) fn hc_head(
-        &self,
-        g: &Gpu,
-        sc: &super::state::Scratch,
-        hcw: &DevHc,
-        rows: u64,
-        n: usize,
-        norm: Option<u64>,
-    ) -> Result<()> {
-        let site = Site {
-            x: sc.x.ptr,
-            rows,
-            post: None,
-            nm: self.config.hc_mult,
-            partials: sc.head_mix.ptr,
-            norm,
-            y: sc.hy.ptr,
-        };
-        self.hc_site(g, sc, hcw, site, n)
-    }
-
     pub(super) fn norm(&self, g: &Gpu, x: u64, w: u64, rows: usize, width: usize) -> Result<()> {
         g.rms_norm(x, w, rows, width, self.config.rms_norm_eps as f32)
-    }
-
-    /// One site's launch (kernels/hc.cu) for `n` tokens with the
-    /// mixes of `hcw`.
-    fn hc_site(&self, g: &Gpu, sc: &super::state::Scratch, hcw: &DevHc, site: Site, n: usize) -> Result<()> {
-        let c = &self.config;
-        let (hc, d) = (c.hc_mult, c.hidden_size);
-        // a post writes another buffer than it reads (other blocks still read
-        // the old streams); without one the kernel reads the streams in place
-        debug_assert!(site.post.is_none_or(|p| p.from != site.x), "hc_site's post must not write in place");
-        let post = site.post.unwrap_or(Post { from: site.x, out: 0, moe: None, mix: 0 });
-        let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
-        let smem = if site.norm.is_some() { (d * 4) as u32 } else { 0 };
-        // one token: hc_site, the mixes summed 32 a lane at once; several: hc_site_rows, one at a time in
-        // fewer registers (several blocks an SM); the same bits
-        let kernel = if n == 1 { "hc_site" } else { "hc_site_rows" };
-        launch!(g, kernel, Gpu::cfg(((n * hc_slices(hc, d)) as u32, 1, 1), HC_SLICE as u32, smem);
-            post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
-            site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr, hcw.scale.ptr,
-            hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
-        Ok(())
-    }
-
-    /// A block's site: `hc_site` with the block's mixes of the streams `x`
-    /// (after `post`, from its own buffer into `x`, where there is one), its
-    /// input normalized by `norm` into `out`; then, on the side stream, the
-    /// Sinkhorn mixes `mix` that the next post reads.
-    #[allow(clippy::too_many_arguments)]
-    fn block_site(
-        &self,
-        g: &Gpu,
-        sc: &super::state::Scratch,
-        hc: &DevHc,
-        norm: u64,
-        x: u64,
-        post: Option<Post>,
-        out: u64,
-        n: usize,
-    ) -> Result<()> {
-        let c = &self.config;
-        let h = c.hc_mult;
-        let nmix = (2 + h) * h;
-        if post.is_some() {
-            // the post reads the mixes of the site before: its Sinkhorn is done
-            g.side_join()?;
-        }
-        let site = Site { x, rows: 0, post, nm: nmix, partials: sc.mixes.ptr, norm: Some(norm), y: out };
-        self.hc_site(g, sc, hc, site, n)?;
-        // post and comb only matter after the block: the side stream
-        g.side_fork()?;
-        launch!(g => side, "hc_sinkhorn", Gpu::cfg((n as u32, 1, 1), 256, 0);
-            sc.mixes.ptr, hc_slices(h, c.hidden_size) as i32, (h * c.hidden_size) as i32, c.rms_norm_eps as f32,
-            hc.base.ptr, hc.scale.ptr, h as i32, c.hc_sinkhorn_iters as i32, c.hc_eps as f32, sc.mix.ptr);
-        Ok(())
-    }
-
-    /// `hc_post` alone: the streams `x = post(post.from)` (after the
-    /// Sinkhorn of `post.mix` on the side stream).
-    fn hc_post(&self, g: &Gpu, post: Post, x: u64, n: usize) -> Result<()> {
-        let (hc, d) = (self.config.hc_mult, self.config.hidden_size);
-        let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
-        g.side_join()?;
-        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
-            post.from, x, post.out, slots, k as i32, skip as i32, post.mix, hc as i32, d as i32);
-        Ok(())
-    }
-
-    /// The post of layer `l`'s MoE: the streams its ffn site left in `x2`,
-    /// its slots and shared expert (left out under the drop-shared fault),
-    /// the ffn site's mixes.
-    fn moe_post(&self, sc: &super::state::Scratch, l: usize) -> Post {
-        let skip = matches!(self.opts.fault, Some(Fault::DropSharedExpert { layer }) if layer == l);
-        let moe = Some((sc.slot_out.ptr, self.config.num_experts_per_tok, skip));
-        Post { from: sc.x2.ptr, out: sc.sout.ptr, moe, mix: sc.mix.ptr }
-    }
-
-    /// Layer `l` on stage `si`. The streams come in `x`, or, where `pending`
-    /// (the layer before left its MoE's post to this one), in `x2` with that
-    /// post still to apply, which the attention site does first. With
-    /// `finish`, the layer applies its own MoE's post and leaves the streams
-    /// in `x` (the last layer of a stage, or one whose streams are captured);
-    /// otherwise it leaves them in `x2` with the post pending.
-    #[allow(clippy::too_many_arguments)]
-    fn layer(
-        &self,
-        st: &mut GpuState,
-        si: usize,
-        l: usize,
-        dl: &DevLayer,
-        ids: u64,
-        n: usize,
-        t0: usize,
-        pass: Pass,
-        pending: bool,
-        finish: bool,
-    ) -> Result<()> {
-        let stage = &self.stages[si];
-        let g = &*stage.gpu;
-        let sc = &st.scratch[si];
-        // attention site: the layer before's post where it waits (x2 into x)
-        self.mark(si, "hc")?;
-        let post = pending.then(|| self.moe_post(sc, l - 1));
-        self.block_site(g, sc, &dl.hc_attn, dl.attn_norm.ptr, sc.x.ptr, post, sc.h.ptr, n)?;
-        self.attention(st, si, l, dl, n, t0, pass)?;
-        let sc = &st.scratch[si];
-        // ffn site: the attention's post (x into x2), then its mixes
-        self.mark(si, "hc")?;
-        let post = Post { from: sc.x.ptr, out: sc.a.ptr, moe: None, mix: sc.mix.ptr };
-        self.block_site(g, sc, &dl.hc_ffn, dl.ffn_norm.ptr, sc.x2.ptr, Some(post), sc.h.ptr, n)?;
-        self.moe(st, si, dl, ids, n)?;
-        if finish {
-            let sc = &st.scratch[si];
-            self.mark(si, "hc")?;
-            self.hc_post(g, self.moe_post(sc, l), sc.x.ptr, n)?;
-        }
-        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::Fault;
-
-    #[test]
-    fn the_moe_post_waits_for_the_next_layer_within_a_stage() {
-        use super::post_plan;
-        // four layers on one stage: the last finishes, the others leave their post pending
-        let plan = post_plan(0..4, |_| false);
-        assert_eq!(plan, vec![(0, false, false), (1, true, false), (2, true, false), (3, true, true)]);
-        // a stage of layers 2..5 whose layer 3 is captured: 3 finishes, 4 starts whole and ends the stage
-        let plan = post_plan(2..5, |l| l == 3);
-        assert_eq!(plan, vec![(2, false, false), (3, true, true), (4, false, true)]);
-        // every post pending at a layer is applied by the next: none is lost
-        for captured in [|_: usize| false, |l: usize| l.is_multiple_of(2), |_: usize| true] {
-            let plan = post_plan(0..7, captured);
-            for w in plan.windows(2) {
-                assert_eq!(w[1].1, !w[0].2, "layer {} after layer {}", w[1].0, w[0].0);
-            }
-            assert!(!plan[0].1 && plan.last().unwrap().2);
-        }
-    }
 
     #[test]
     fn faults_parse_from_the_command_line_form() {

@@ -8,6 +8,7 @@ mod graph;
 mod layer_ops;
 pub mod nvrtc;
 pub mod profile;
+mod sites;
 pub mod state;
 pub mod weights;
 
