@@ -366,7 +366,7 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
 extern __shared__ __align__(16) double xs_dyn[];
 
 // Stage x[0..cols) * xscale as f64 for chunks of E values, cols / E chunks
-// of E + 2 doubles (gpu/device.rs `row_smem` sizes it; all threads; the
+// of E + 2 doubles (gpu/products.rs `row_smem` sizes it; all threads; the
 // caller syncs). Each thread issues its loads eight 16-byte vectors at a
 // time before it stores any, so a block waits for about one memory latency,
 // not one per element.
@@ -418,7 +418,7 @@ __device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4
 }
 
 // Tokens the prefill's group kernels stage whole at once (linear.cu
-// linear_groups, moe.cu expert_*_groups; gpu/device.rs `GROUP_TOKENS`).
+// linear_groups, moe.cu expert_*_groups; gpu/products.rs `GROUP_TOKENS`).
 #define GROUP_TOKENS 4
 // Weight rows a warp of the group kernels takes at once: each 16-byte shared
 // load of two staged values feeds GROUP_ROWS x 2 multiply-adds per token

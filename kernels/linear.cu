@@ -64,7 +64,7 @@ __device__ __forceinline__ void linear_any(const Mat& w, const float* x, int x_s
 // zero in column order, taken into the lane's sum as the decode kernels
 // take it, the lanes' sums by the butterfly; bits do not depend on n.
 // grid (ceil(nrows / TILE_ROWS), ceil(n / TILE_TOKENS)), block 256, dynamic
-// smem TILE_SMEM(E) doubles (gpu/device.rs `tile_smem`).
+// smem TILE_SMEM(E) doubles (gpu/products.rs `tile_smem`).
 #define TILE_ROWS 8
 #define TILE_TOKENS 8
 #define TILE_TOKEN(E) (32 * ((E) + 2))
@@ -258,7 +258,7 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
 }
 
 // Prefill and chunks, where NT staged rows of the matrix's width fit
-// (gpu/device.rs `group_smem`; NT is GROUP_TOKENS, or half of it for rows
+// (gpu/products.rs `group_smem`; NT is GROUP_TOKENS, or half of it for rows
 // too wide for that many): block (x, y, z) stages tokens y * NT .. + NT - 1
 // whole (stage_row's layout; a last group of fewer tokens stages its last
 // again), then its warps walk the rows GROUP_ROWS at a time - warp w rows
@@ -382,7 +382,7 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const Mat& w2, int
 
 // One kernel per (rows a warp, format): each holds one format's path alone
 // (both arms, scaled codes and dequantized), so that the code a warp runs
-// is compact (gpu/device.rs `decode_rows` picks the name).
+// is compact (gpu/products.rs `decode_rows` picks the name).
 template <int FMT, int NR>
 __device__ __forceinline__ void linear_rows(const Mat& w, const Mat& w2, int na, const float* x, int x_group, float* y,
                                             float* y2, int row0, int nrows) {

@@ -269,7 +269,7 @@ __device__ __forceinline__ void group_dots(const RowRef (&rows)[GROUP_ROWS], int
 // expert_gate_up_groups: warp w takes rows i0 = 2 * (x * warps + w) and
 // i0 + 1 of W1 and of W3, then i0 plus twice the grid's warps, ..., and
 // writes each pair's swiglu. grid (blocks, min(ngroups, 65535)), block
-// 256, dynamic smem GROUP_TOKENS staged rows of d (gpu/device.rs
+// 256, dynamic smem GROUP_TOKENS staged rows of d (gpu/products.rs
 // `group_smem`).
 template <int FMT, bool SCALED>
 __device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,

@@ -3,8 +3,9 @@
 
 use anyhow::{Context, Result};
 
-use super::device::{group_smem, row_smem, Gpu, DECODE_WARPS, GROUP_BLOCK, GROUP_TOKENS};
+use super::device::Gpu;
 use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
+use super::products::{group_smem, row_smem, DECODE_WARPS, GROUP_BLOCK, GROUP_TOKENS};
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
 use crate::config::{AttnKind, ScoringFunc};

@@ -7,6 +7,7 @@ pub mod forward;
 mod graph;
 mod layer_ops;
 pub mod nvrtc;
+mod products;
 pub mod profile;
 mod sites;
 pub mod state;

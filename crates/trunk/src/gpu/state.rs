@@ -7,7 +7,8 @@ use std::sync::Arc;
 use anyhow::Result;
 use kvstate::{DeviceState, Layout, StateError, StateStore};
 
-use super::device::{Buf, Gpu, GROUP_TOKENS};
+use super::device::{Buf, Gpu};
+use super::products::GROUP_TOKENS;
 
 /// Activation scratch of one stage, for chunks of up to `width` tokens.
 pub struct Scratch {

@@ -1,0 +1,413 @@
+//! The weight products' launches on a [`Gpu`]: one token through the
+//! whole-row kernels (`linear_t1_r*`), several through the prefill's group
+//! kernels or its 8x8 tiles (kernels/linear.cu; the experts' kernels in
+//! kernels/moe.cu share the geometry). Each kernel's geometry (values a
+//! chunk, rows a warp, tokens a group, staged shared bytes) sits beside
+//! the launch that uses it.
+
+use anyhow::{anyhow, Result};
+use cudarc::driver::LaunchConfig;
+
+use super::device::Gpu;
+
+/// Values per 16-byte weight chunk of a `Mat` format (kernels/common.cuh `Fmt`).
+fn chunk_values(fmt: i32) -> usize {
+    match fmt {
+        1 => 8,  // BF16
+        2 => 16, // FP8
+        3 => 32, // FP4
+        _ => 4,  // F32
+    }
+}
+
+/// The most dynamic shared memory a whole-row decode kernel opts in to:
+/// two blocks still fit on an H100/H200 SM (228 KiB).
+pub const ROW_SMEM_MAX: usize = 112 << 10;
+
+/// The kernels whose dynamic shared memory may pass the default 48 KiB:
+/// those that stage a whole activation row (kernels/common.cuh
+/// `staged_row_dots`) and the prefill tiles (kernels/linear.cu
+/// `linear_tile_pairs`); they opt in to [`ROW_SMEM_MAX`].
+const WHOLE_ROW_KERNELS: [&str; 4] = ["expert_gate_up", "expert_down", "linear_f32", "linear_grouped"];
+
+/// The one-token product kernels (kernels/linear.cu `LINEAR_T1`): for each
+/// rows a warp ([`rows_per_warp`]), one per weight format (the index:
+/// `Mat.fmt`, F32, BF16, FP8, FP4). Each stages a whole activation row,
+/// like [`WHOLE_ROW_KERNELS`].
+pub const LINEAR_T1_KERNELS: [(usize, [&str; 4]); 3] = [
+    (1, ["linear_t1_r1_f32", "linear_t1_r1_bf16", "linear_t1_r1_fp8", "linear_t1_r1_fp4"]),
+    (2, ["linear_t1_r2_f32", "linear_t1_r2_bf16", "linear_t1_r2_fp8", "linear_t1_r2_fp4"]),
+    (4, ["linear_t1_r4_f32", "linear_t1_r4_bf16", "linear_t1_r4_fp8", "linear_t1_r4_fp4"]),
+];
+
+/// Tokens (or pairs of one expert) the prefill's group kernels stage whole
+/// at once (kernels/common.cuh `GROUP_TOKENS`; kernels/linear.cu
+/// `linear_groups`, kernels/moe.cu `expert_gate_up_groups`,
+/// `expert_down_groups`), the weight rows a warp takes at once
+/// (kernels/common.cuh `GROUP_ROWS`), their block (8 warps) and the most
+/// shared memory they opt in to: the group's staged rows, one block an SM.
+pub const GROUP_TOKENS: usize = 4;
+const GROUP_ROWS: usize = 4;
+pub const GROUP_BLOCK: u32 = 256;
+const GROUP_SMEM_MAX: usize = 200 << 10;
+// a block may take at most 227 KiB on H100/H200
+const _: () = assert!(GROUP_SMEM_MAX <= 227 << 10);
+const GROUP_KERNELS: [&str; 3] = ["linear_groups", "expert_gate_up_groups", "expert_down_groups"];
+
+/// Shared bytes of a group's `tokens` staged rows of `cols` for weights of
+/// format `fmt`, or None above what the group kernels opt in to.
+pub fn group_smem(fmt: i32, cols: usize, tokens: usize) -> Option<u32> {
+    let e = chunk_values(fmt);
+    let bytes = tokens * (cols / e * (e + 2) * 8);
+    (bytes <= GROUP_SMEM_MAX).then_some(bytes as u32)
+}
+
+/// The tokens a `linear_groups` block stages for rows of `cols` (format
+/// `fmt`) and their shared bytes: [`GROUP_TOKENS`], or half as many for
+/// rows too wide for that; None where even those do not fit (the 8x8
+/// tiles take the product).
+fn linear_group_tokens(fmt: i32, cols: usize) -> Option<(usize, u32)> {
+    [GROUP_TOKENS, GROUP_TOKENS / 2].into_iter().find_map(|t| Some((t, group_smem(fmt, cols, t)?)))
+}
+
+/// Rows and tokens of a prefill tile, the block of `linear_f32` and
+/// `linear_grouped` (kernels/linear.cu `TILE_ROWS`, `TILE_TOKENS`; 8 warps).
+const TILE_ROWS: usize = 8;
+const TILE_TOKENS: usize = 8;
+const TILE_BLOCK: u32 = 256;
+
+/// Shared bytes of a prefill tile's window for weights of format `fmt`
+/// (kernels/linear.cu `TILE_SMEM`: 8 tokens x 32 chunks of f64 values, two
+/// padding values each, then the same activations as f32 in the staging
+/// area they are copied into).
+fn tile_smem(fmt: i32) -> u32 {
+    let e = chunk_values(fmt);
+    (TILE_TOKENS * 32 * ((e + 2) * 8 + e * 4)) as u32
+}
+
+/// The kernel and launch of a tiled product (`kernels`: its one-token and
+/// prefill forms) of `n` tokens through `nrows` rows of format `fmt` in each
+/// of `groups` groups: a tile of 4 rows and one token for decode, of
+/// [`TILE_ROWS`] x [`TILE_TOKENS`] otherwise; the same sums either way.
+fn tile_launch(
+    kernels: [&'static str; 2],
+    fmt: i32,
+    n: usize,
+    nrows: usize,
+    groups: usize,
+) -> (&'static str, LaunchConfig) {
+    let (kernel, rows, tokens, block, smem) = if n == 1 {
+        (kernels[0], 4, 1, 128, 0)
+    } else {
+        (kernels[1], TILE_ROWS, TILE_TOKENS, TILE_BLOCK, tile_smem(fmt))
+    };
+    let grid = (nrows.div_ceil(rows) as u32, n.div_ceil(tokens) as u32, groups as u32);
+    (kernel, Gpu::cfg(grid, block, smem))
+}
+
+/// Shared bytes a decode kernel needs to stage one whole activation row of
+/// `cols` for weights of format `fmt` (kernels/common.cuh `stage_row`:
+/// f64 values, two padding values per chunk), or None above [`ROW_SMEM_MAX`].
+pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
+    let e = chunk_values(fmt);
+    let bytes = cols / e * (e + 2) * 8;
+    (bytes <= ROW_SMEM_MAX).then_some(bytes as u32)
+}
+
+/// Warps per block of the decode products (kernels/linear.cu, moe.cu).
+pub const DECODE_WARPS: usize = 4;
+
+/// Staged-row bytes above which a decode product's block has twice
+/// [`DECODE_WARPS`]: three such blocks fill an SM's shared memory (an FP8
+/// row of 8192, `wo_b` at DSV4-Flash widths, stages 72 KiB).
+const WIDE_ROW_SMEM: u32 = 48 << 10;
+
+/// Rows each warp of a decode product over `rows` rows takes (4, 2 or 1) on
+/// a device of `sm_count` SMs: the most that still gives every SM two
+/// blocks, so that short matrices keep all SMs busy and tall ones read more
+/// rows per staged activation.
+fn rows_per_warp(rows: usize, sm_count: usize) -> usize {
+    let want = 2 * sm_count * DECODE_WARPS;
+    [4, 2].into_iter().find(|&r| rows / r >= want).unwrap_or(1)
+}
+/// The dynamic shared memory kernel `k` opts in to past the default 48
+/// KiB (every launch of it may then take up to that), or None.
+pub(super) fn dynamic_smem_opt_in(k: &str) -> Option<usize> {
+    if WHOLE_ROW_KERNELS.contains(&k) || LINEAR_T1_KERNELS.iter().any(|(_, names)| names.contains(&k)) {
+        Some(ROW_SMEM_MAX)
+    } else if GROUP_KERNELS.contains(&k) {
+        Some(GROUP_SMEM_MAX)
+    } else {
+        None
+    }
+}
+
+impl Gpu {
+    /// `y[n, rows] = x[n, cols] . w^T` over all of `w`'s rows (kernels/linear.cu).
+    pub fn lin(&self, w: &super::weights::DevMat, x: u64, y: u64, n: usize) -> Result<()> {
+        let (rows, cols) = (w.arg.rows as usize, w.arg.cols as usize);
+        self.linear(w, x, cols, y, rows, n, 0, rows)
+    }
+
+    /// Rows `row0 .. row0 + nrows` of `w` applied to `n` inputs of stride
+    /// `x_stride`, written at stride `y_stride`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear(
+        &self,
+        w: &super::weights::DevMat,
+        x: u64,
+        x_stride: usize,
+        y: u64,
+        y_stride: usize,
+        n: usize,
+        row0: usize,
+        nrows: usize,
+    ) -> Result<()> {
+        if n == 1 && self.decode_rows(w, None, x, 0, y, row0, 1, nrows)? {
+            return Ok(());
+        }
+        if n > 1 && self.groups(w, x, x_stride, 0, y, y_stride, n, row0, 1, nrows)? {
+            return Ok(());
+        }
+        let (kernel, cfg) = tile_launch(["linear_f32_t1", "linear_f32"], w.arg.fmt, n, nrows, 1);
+        crate::launch!(self, kernel, cfg;
+            w.arg, x, x_stride as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32);
+        Ok(())
+    }
+
+    /// `groups` products in one launch: group `z` applies rows
+    /// `z*rows_per_group ..` of `w` to the inputs at `x + z*x_group` floats
+    /// (stride `x_stride`) and writes `y + z*rows_per_group` (stride
+    /// `y_stride`); each sum is `linear`'s.
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear_grouped(
+        &self,
+        w: &super::weights::DevMat,
+        x: u64,
+        x_stride: usize,
+        x_group: usize,
+        y: u64,
+        y_stride: usize,
+        n: usize,
+        groups: usize,
+        rows_per_group: usize,
+    ) -> Result<()> {
+        if n == 1 && self.decode_rows(w, None, x, x_group, y, 0, groups, rows_per_group)? {
+            return Ok(());
+        }
+        if n > 1 && self.groups(w, x, x_stride, x_group, y, y_stride, n, 0, groups, rows_per_group)? {
+            return Ok(());
+        }
+        let (kernel, cfg) = tile_launch(["linear_grouped_t1", "linear_grouped"], w.arg.fmt, n, rows_per_group, groups);
+        crate::launch!(self, kernel, cfg;
+            w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, rows_per_group as i32);
+        Ok(())
+    }
+
+    /// `y = w x` and `y2 = w2 x` (`lin` twice): for one token and two
+    /// matrices of one format, width and exactness of scaled codes, one
+    /// launch of the whole-row kernels (each sum is `lin`'s).
+    pub fn lin_pair(
+        &self,
+        w: &super::weights::DevMat,
+        w2: &super::weights::DevMat,
+        x: u64,
+        y: u64,
+        y2: u64,
+        n: usize,
+    ) -> Result<()> {
+        let (a, b) = (&w.arg, &w2.arg);
+        let paired = n == 1 && a.fmt == b.fmt && a.cols == b.cols && a.scaled == b.scaled;
+        if paired && self.decode_rows(w, Some((w2, y2)), x, 0, y, 0, 1, (a.rows + b.rows) as usize)? {
+            return Ok(());
+        }
+        self.lin(w, x, y, n)?;
+        self.lin(w2, x, y2, n)
+    }
+
+    /// Several tokens through rows `row0 + z*nrows ..` of `w` for each group
+    /// `z` (as `linear_grouped`), by `linear_groups`: [`GROUP_TOKENS`]
+    /// tokens staged whole a block, its warps walking the rows. Returns
+    /// false (nothing launched) where the staged rows do not fit in shared
+    /// memory (the 8x8 tiles take those). Rows too wide for [`GROUP_TOKENS`]
+    /// staged rows (`wo_b`'s 8192 columns) take groups of half as many.
+    #[allow(clippy::too_many_arguments)]
+    fn groups(
+        &self,
+        w: &super::weights::DevMat,
+        x: u64,
+        x_stride: usize,
+        x_group: usize,
+        y: u64,
+        y_stride: usize,
+        n: usize,
+        row0: usize,
+        groups: usize,
+        nrows: usize,
+    ) -> Result<bool> {
+        let Some((tokens, smem)) = linear_group_tokens(w.arg.fmt, w.arg.cols as usize) else {
+            return Ok(false);
+        };
+        let token_groups = n.div_ceil(tokens);
+        if token_groups > u16::MAX as usize {
+            return Ok(false); // past the grid's y limit
+        }
+        // one block an SM: enough blocks along the rows for a wave when the
+        // tokens are few, each warp keeping at least GROUP_ROWS rows
+        let warps = GROUP_BLOCK as usize / 32;
+        let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, nrows.div_ceil(GROUP_ROWS * warps));
+        let grid = (blocks as u32, token_groups as u32, groups as u32);
+        crate::launch!(self, "linear_groups", Gpu::cfg(grid, GROUP_BLOCK, smem);
+            w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, row0 as i32, nrows as i32,
+            tokens as i32);
+        Ok(true)
+    }
+
+    /// One token through rows `row0 .. row0 + nrows` of `w` for each of
+    /// `groups` groups (as `linear_grouped`), by the whole-row kernels
+    /// `linear_t1_r{1,2,4}`; with `pair` (one group, row0 0), rows from
+    /// `w.rows` on are the pair matrix's, written to its output. Returns
+    /// false (nothing launched) where the staged row does not fit in shared
+    /// memory.
+    #[allow(clippy::too_many_arguments)]
+    fn decode_rows(
+        &self,
+        w: &super::weights::DevMat,
+        pair: Option<(&super::weights::DevMat, u64)>,
+        x: u64,
+        x_group: usize,
+        y: u64,
+        row0: usize,
+        groups: usize,
+        nrows: usize,
+    ) -> Result<bool> {
+        let Some(smem) = row_smem(w.arg.fmt, w.arg.cols as usize) else {
+            return Ok(false);
+        };
+        // without a pair, the second matrix is the first (never reached: na = nrows)
+        let (w2, y2, na) = match pair {
+            Some((w2, y2)) => (w2.arg, y2, w.arg.rows),
+            None => (w.arg, y, nrows as i32),
+        };
+        let rpw = rows_per_warp(nrows * groups, self.sm_count);
+        let kernel = *LINEAR_T1_KERNELS
+            .iter()
+            .find(|(rows, _)| *rows == rpw)
+            .zip(usize::try_from(w.arg.fmt).ok())
+            .and_then(|((_, names), f)| names.get(f))
+            .ok_or_else(|| anyhow!("a decode product of weight format {}: no kernel for it", w.arg.fmt))?;
+        // a row so wide that its staging limits an SM to a few blocks: twice
+        // the warps share it
+        let warps = if smem > WIDE_ROW_SMEM { 2 * DECODE_WARPS } else { DECODE_WARPS };
+        // at most the blocks the SMs hold at once (the kernels loop over row groups)
+        let block = (warps * 32) as u32;
+        let fit = self.resident_grid(kernel, block, smem, groups)?;
+        let grid = (nrows.div_ceil(warps * rpw).min(fit) as u32, 1, groups as u32);
+        crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
+            w.arg, w2, na, x, x_group as i32, y, y2, row0 as i32, nrows as i32);
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::nvrtc;
+
+    #[test]
+    fn decode_rows_per_warp_keep_two_blocks_per_sm() {
+        // the H200 (132 SMs) at DeepSeek-V4-Flash widths
+        assert_eq!(rows_per_warp(129280, 132), 4); // LM head
+        assert_eq!(rows_per_warp(32768, 132), 4); // wq_b
+        assert_eq!(rows_per_warp(8 * 1024, 132), 4); // wo_a, 8 groups
+        assert_eq!(rows_per_warp(4096, 132), 2); // wo_b
+        assert_eq!(rows_per_warp(2048, 132), 1); // shared expert w1
+        assert_eq!(rows_per_warp(1024, 132), 1); // wq_a
+        for (rows, sms) in [(129280, 132), (4096, 132), (5000, 16), (100, 132)] {
+            let r = rows_per_warp(rows, sms);
+            let blocks = rows.div_ceil(DECODE_WARPS * r);
+            assert!(r == 1 || blocks >= 2 * sms, "{rows} rows on {sms} SMs: {r} per warp leaves {blocks} blocks");
+        }
+    }
+
+    #[test]
+    fn linear_t1_kernels_are_named_by_rows_and_format() {
+        // each table entry is a LINEAR_T1 line of kernels/linear.cu with the
+        // table's rows a warp and format, and is loaded (nvrtc::KERNELS)
+        let src = include_str!("../../../../kernels/linear.cu");
+        let fmts = ["FMT_F32", "FMT_BF16", "FMT_FP8", "FMT_FP4"];
+        let mut defined = 0;
+        for (rows, names) in LINEAR_T1_KERNELS {
+            for (name, fmt) in names.into_iter().zip(fmts) {
+                assert!(src.contains(&format!("LINEAR_T1({name}, {fmt}, {rows})\n")), "{name}");
+                assert!(nvrtc::KERNELS.contains(&name), "{name} is not loaded");
+                defined += 1;
+            }
+        }
+        // and no other LINEAR_T1 kernel exists that the table would miss
+        assert_eq!(src.matches("\nLINEAR_T1(").count(), defined);
+        // the formats' numbers are Mat.fmt's (weights.rs, common.cuh)
+        for (f, fmt) in fmts.iter().enumerate() {
+            assert!(include_str!("../../../../kernels/common.cuh").contains(&format!("#define {fmt} {f}\n")));
+        }
+    }
+
+    #[test]
+    fn staged_row_bytes_follow_the_chunk_layout() {
+        // FP4 row of 4096: 128 chunks of 32 f64 values, two padding values each
+        assert_eq!(row_smem(3, 4096), Some(128 * 34 * 8));
+        // BF16 row of 4096: 512 chunks of 8
+        assert_eq!(row_smem(1, 4096), Some(512 * 10 * 8));
+        assert_eq!(row_smem(2, 16 * 33), Some(33 * 18 * 8));
+        // FP8 8192 (wo_b) fits with the opt-in, F32 16384 (192 KiB) does not
+        assert_eq!(row_smem(2, 8192), Some(512 * 18 * 8));
+        assert_eq!(row_smem(0, 16384), None);
+    }
+
+    #[test]
+    fn prefill_tiles_follow_the_kernels_window() {
+        let src = nvrtc::SOURCES.iter().find(|(n, _)| *n == "linear.cu").unwrap().1;
+        assert!(src.contains(&format!("#define TILE_ROWS {TILE_ROWS}\n#define TILE_TOKENS {TILE_TOKENS}\n")));
+        // 8 warps: 4 pairs of rows x 2 halves of the tokens
+        assert_eq!(TILE_BLOCK as usize, 32 * (TILE_ROWS / 2) * (TILE_TOKENS / 4));
+        assert!(src.contains("#define TILE_TOKEN(E) (32 * ((E) + 2))\n"));
+        assert!(src.contains("#define TILE_SMEM(E) (TILE_TOKENS * TILE_TOKEN(E) + TILE_TOKENS * 32 * (E) / 2)\n"));
+        // FP4: 8 tokens x 32 chunks of 32 f64 values and two padding values, and the 32 as f32
+        assert_eq!(tile_smem(3), 8 * 32 * (34 * 8 + 32 * 4));
+        assert_eq!(tile_smem(2), 8 * 32 * (18 * 8 + 16 * 4));
+        // every format fits under the opt-in that both tile kernels take
+        assert!((0..4).all(|f| tile_smem(f) as usize <= ROW_SMEM_MAX));
+        assert!(["linear_f32", "linear_grouped"].iter().all(|k| WHOLE_ROW_KERNELS.contains(k)));
+        // decode: 4 rows a block of 128; prefill: 8x8 tiles of 256 with the window's bytes
+        let (k, c) = tile_launch(["one", "tiles"], 2, 1, 10, 3);
+        assert_eq!((k, c.grid_dim, c.block_dim.0, c.shared_mem_bytes), ("one", (3, 1, 3), 128, 0));
+        let (k, c) = tile_launch(["one", "tiles"], 2, 17, 10, 1);
+        assert_eq!((k, c.grid_dim, c.block_dim.0, c.shared_mem_bytes), ("tiles", (2, 3, 1), 256, tile_smem(2)));
+    }
+
+    #[test]
+    fn groups_follow_the_kernels() {
+        let source = |name: &str| nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap().1;
+        assert!(source("common.cuh").contains(&format!("#define GROUP_TOKENS {GROUP_TOKENS}\n")));
+        let (moe, linear) = (source("moe.cu"), source("linear.cu"));
+        assert!(source("common.cuh").contains(&format!("#define GROUP_ROWS {GROUP_ROWS}\n")));
+        assert!(moe.contains(&format!("__launch_bounds__({GROUP_BLOCK}) expert_gate_up_groups(")));
+        assert!(moe.contains(&format!("__launch_bounds__({GROUP_BLOCK}) expert_down_groups(")));
+        assert!(linear.contains(&format!("__launch_bounds__({GROUP_BLOCK}) linear_groups(")));
+        assert!(GROUP_KERNELS.iter().all(|k| nvrtc::KERNELS.contains(k)));
+        // DeepSeek-V4-Flash: FP4 experts, 4 staged rows of 4096 (W1, W3) and of 2048 (W2)
+        assert_eq!(group_smem(3, 4096, 4), Some(4 * 128 * 34 * 8));
+        assert_eq!(group_smem(3, 2048, 4), Some(4 * 64 * 34 * 8));
+        // FP8 `wo_b` (8192 columns) too wide for 4 tokens: groups of 2; the
+        // fused arm keeps the per-pair kernels for experts too wide
+        assert_eq!(group_smem(2, 4096, 4), Some(4 * 256 * 18 * 8));
+        assert_eq!(group_smem(2, 8192, 4), None);
+        assert_eq!(group_smem(2, 8192, 2), Some(2 * 512 * 18 * 8));
+        assert_eq!(group_smem(0, 8192, 2), Some(2 * 2048 * 6 * 8));
+        assert_eq!(group_smem(0, 16384, 2), None);
+        // the dense products: 4 tokens where they fit, else 2, else the tiles
+        assert_eq!(linear_group_tokens(2, 4096), Some((4, 4 * 256 * 18 * 8)));
+        assert_eq!(linear_group_tokens(2, 8192), Some((2, 2 * 512 * 18 * 8)));
+        assert_eq!(linear_group_tokens(0, 16384), None);
+    }
+}
