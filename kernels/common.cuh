@@ -359,7 +359,9 @@ __device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active,
 // reading each activation once for all of them. Each row's sum is
 // block_dot_rows' (same chunk order, partials and butterfly), so the bits
 // do not depend on the kernel; what changes is the work per weight and the
-// bytes in flight (each lane keeps RING(ND) chunks of every row loading).
+// bytes in flight (each lane keeps RING(ND) chunks of every row loading in
+// registers, or, in the one-token products, SMEM_RING_STAGES(ND) in shared
+// memory).
 
 // The dynamic shared memory the whole-row kernels stage activations in
 // (one declaration for the translation unit).
@@ -448,6 +450,47 @@ __device__ __forceinline__ void stage_group(Row row, int cols, int nt) {
 // down; every lane gets every sum acc[q][t]. SCALED: scaled-code products
 // (the rows staged with xscale pow2d(P - 127)); otherwise dequantized
 // weights (xscale 1).
+// One chunk's terms for ND rows and NT staged tokens: the chunk ci of each
+// row (its 16 bytes in w[q]) against the tokens' staged values, a partial
+// from zero in column order taken into acc[q][t] (times the chunk's factor
+// for scaled codes).
+template <int FMT, int ND, int NT, bool SCALED>
+__device__ __forceinline__ void add_chunk(const RowRef* rows, int ci, const uint4 (&w)[ND], const double* xs,
+                                          int stride, double (&acc)[ND][NT]) {
+    const int E = Fmt<FMT>::E;
+    float s[ND];
+    double f[ND], p[ND][NT];
+    #pragma unroll
+    for (int q = 0; q < ND; q++) {
+        if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
+        else s[q] = row_scale<FMT>(rows[q], ci);
+        #pragma unroll
+        for (int t = 0; t < NT; t++) p[q][t] = 0.0;
+    }
+    #pragma unroll
+    for (int j = 0; j < E; j += 2) {
+        double w0[ND], w1[ND];
+        #pragma unroll
+        for (int q = 0; q < ND; q++) {
+            w0[q] = SCALED ? code_value<FMT>(w[q], j) : (double)dequant_value<FMT>(w[q], j, s[q]);
+            w1[q] = SCALED ? code_value<FMT>(w[q], j + 1) : (double)dequant_value<FMT>(w[q], j + 1, s[q]);
+        }
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const double2 xv = *(const double2*)(xs + t * stride + ci * (E + 2) + j);
+            #pragma unroll
+            for (int q = 0; q < ND; q++) {
+                p[q][t] = fma(w0[q], xv.x, p[q][t]);
+                p[q][t] = fma(w1[q], xv.y, p[q][t]);
+            }
+        }
+    }
+    #pragma unroll
+    for (int q = 0; q < ND; q++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[q][t] = SCALED ? fma(p[q][t], f[q], acc[q][t]) : acc[q][t] + p[q][t];
+}
+
 template <int FMT, int ND, int NT, bool SCALED>
 __device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int cols, const double* xs, int stride,
                                                      uint4 (*buf)[RING(ND)], double (&acc)[ND][NT]) {
@@ -462,45 +505,80 @@ __device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int col
         const int ahead = ci + 32 * (D - 1);
         #pragma unroll
         for (int q = 0; q < ND; q++) buf[q][D - 1] = ahead < nch ? rows[q].chunks[ahead] : make_uint4(0, 0, 0, 0);
-        float s[ND];
-        double f[ND], p[ND][NT];
+        uint4 w[ND];
         #pragma unroll
-        for (int q = 0; q < ND; q++) {
-            if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
-            else s[q] = row_scale<FMT>(rows[q], ci);
-            #pragma unroll
-            for (int t = 0; t < NT; t++) p[q][t] = 0.0;
-        }
+        for (int q = 0; q < ND; q++) w[q] = buf[q][0];
+        add_chunk<FMT, ND, NT, SCALED>(rows, ci, w, xs, stride, acc);
         #pragma unroll
-        for (int j = 0; j < E; j += 2) {
-            double w0[ND], w1[ND];
-            #pragma unroll
-            for (int q = 0; q < ND; q++) {
-                w0[q] = SCALED ? code_value<FMT>(buf[q][0], j) : (double)dequant_value<FMT>(buf[q][0], j, s[q]);
-                w1[q] = SCALED ? code_value<FMT>(buf[q][0], j + 1) : (double)dequant_value<FMT>(buf[q][0], j + 1, s[q]);
-            }
-            #pragma unroll
-            for (int t = 0; t < NT; t++) {
-                const double2 xv = *(const double2*)(xs + t * stride + ci * (E + 2) + j);
-                #pragma unroll
-                for (int q = 0; q < ND; q++) {
-                    p[q][t] = fma(w0[q], xv.x, p[q][t]);
-                    p[q][t] = fma(w1[q], xv.y, p[q][t]);
-                }
-            }
-        }
-        #pragma unroll
-        for (int q = 0; q < ND; q++) {
-            #pragma unroll
-            for (int t = 0; t < NT; t++) acc[q][t] = SCALED ? fma(p[q][t], f[q], acc[q][t]) : acc[q][t] + p[q][t];
+        for (int q = 0; q < ND; q++)
             #pragma unroll
             for (int d = 0; d + 1 < D; d++) buf[q][d] = buf[q][d + 1];
-        }
     }
     #pragma unroll
     for (int q = 0; q < ND; q++)
         #pragma unroll
         for (int t = 0; t < NT; t++) acc[q][t] = warp_sum(acc[q][t]);
+}
+
+// The weight ring in shared memory (the one-token products, linear.cu
+// linear_rows_fmt): each warp of ND rows keeps SMEM_RING_STAGES(ND) stages
+// of its rows' chunks, stage k holding chunk lane + 32 k of every row for
+// lane `lane` (ND x 32 16-byte slots), copied by cp.async so that the
+// chunks in flight take no registers: 3 stages ahead of the sums for warps
+// of 2 or 4 rows (the register ring holds 1), 7 for one row (as RING(1)).
+// Each lane reads back only the slots it copied (its own cp.async groups),
+// so no barrier is needed. The expert kernels keep the register ring: the
+// smem ring halves the blocks an SM holds of them, and they were slower so
+// (perf.md, twenty-second session).
+#define SMEM_RING_STAGES(ND) ((ND) == 1 ? 8 : 4)
+// The ring's bytes a warp (gpu/products.rs `ring_smem`).
+#define SMEM_RING_WARP_BYTES(ND) (SMEM_RING_STAGES(ND) * (ND) * 32 * 16)
+
+// Copy stage k of the rows into its slot (an empty group past the row's end).
+template <int ND>
+__device__ __forceinline__ void ring_copy_stage(const RowRef* rows, int nch, uint4* ring, int k) {
+    const int lane = threadIdx.x & 31;
+    const int ci = lane + 32 * k;
+    uint4* slot = ring + (k % SMEM_RING_STAGES(ND)) * ND * 32 + lane;
+    if (ci < nch) {
+        #pragma unroll
+        for (int q = 0; q < ND; q++) copy_async16((float*)(slot + q * 32), (const float*)(rows[q].chunks + ci));
+    }
+    copy_async_commit();
+}
+
+// The first SMEM_RING_STAGES(ND) - 1 stages of the rows (issued before the
+// wait for constant weights, as first_chunks).
+template <int ND>
+__device__ __forceinline__ void ring_first_stages(const RowRef* rows, int nch, uint4* ring) {
+    #pragma unroll
+    for (int k = 0; k + 1 < SMEM_RING_STAGES(ND); k++) ring_copy_stage<ND>(rows, nch, ring, k);
+}
+
+// warp_dot_rows_tokens for one token with the chunks from the ring
+// (ring_first_stages issued): the same terms in the same order, so the same bits.
+template <int FMT, int ND, bool SCALED>
+__device__ __forceinline__ void warp_dot_rows_ring(const RowRef* rows, int cols, const double* xs, uint4* ring,
+                                                   double* out) {
+    const int E = Fmt<FMT>::E, S = SMEM_RING_STAGES(ND);
+    const int lane = threadIdx.x & 31;
+    const int nch = cols / E;
+    double acc[ND][1];
+    #pragma unroll
+    for (int q = 0; q < ND; q++) acc[q][0] = 0.0;
+    int k = 0;
+    for (int ci = lane; ci < nch; ci += 32, k++) {
+        ring_copy_stage<ND>(rows, nch, ring, k + S - 1);
+        asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+        const uint4* slot = ring + (k % S) * ND * 32 + lane;
+        uint4 w[ND];
+        #pragma unroll
+        for (int q = 0; q < ND; q++) w[q] = slot[q * 32];
+        add_chunk<FMT, ND, 1, SCALED>(rows, ci, w, xs, 0, acc);
+    }
+    copy_async_wait_all();  // the empty groups past the end: the ring is free for the next rows
+    #pragma unroll
+    for (int q = 0; q < ND; q++) out[q] = warp_sum(acc[q][0]);
 }
 
 // The staged token's dots (warp_dot_rows_tokens for one token).

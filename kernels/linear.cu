@@ -347,7 +347,10 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const Mat& w2, int
     int j0 = (blockIdx.x * warps + (threadIdx.x >> 5)) * NR;
     const bool scaled = w.scaled != 0;
     RowRef rows[NR];
-    uint4 buf[NR][RING(NR)];
+    // this warp's weight ring, after the staged row (gpu/products.rs `decode_rows` sizes both)
+    const int E = Fmt<FMT>::E;
+    uint4* ring = (uint4*)(xs + (size_t)(w.cols / E) * (E + 2)) + (threadIdx.x >> 5) * (SMEM_RING_WARP_BYTES(NR) / 16);
+    const int nch = w.cols / E;
     auto refs = [&](int j0) {
         #pragma unroll
         for (int r = 0; r < NR; r++) {
@@ -357,19 +360,19 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const Mat& w2, int
     };
     if (j0 < nrows) {
         refs(j0);
-        first_chunks<FMT, NR>(rows, w.cols, buf);
+        ring_first_stages<NR>(rows, nch, ring);
     }
-    await_inputs();  // the weights' first chunks load while the kernel before finishes
-    stage_row<Fmt<FMT>::E>(x, w.cols, scaled ? pow2d(Code<FMT>::P - 127) : 1.0, xs);
+    await_inputs();  // the weights' first stages load while the kernel before finishes
+    stage_row<E>(x, w.cols, scaled ? pow2d(Code<FMT>::P - 127) : 1.0, xs);
     __syncthreads();
     for (bool first = true; j0 < nrows; j0 += stride, first = false) {
         if (!first) {
             refs(j0);
-            first_chunks<FMT, NR>(rows, w.cols, buf);
+            ring_first_stages<NR>(rows, nch, ring);
         }
         double acc[NR];
-        if (scaled) warp_dot_rows<FMT, NR, true>(rows, w.cols, xs, buf, acc);
-        else warp_dot_rows<FMT, NR, false>(rows, w.cols, xs, buf, acc);
+        if (scaled) warp_dot_rows_ring<FMT, NR, true>(rows, w.cols, xs, ring, acc);
+        else warp_dot_rows_ring<FMT, NR, false>(rows, w.cols, xs, ring, acc);
         if (lane == 0) {
             #pragma unroll
             for (int r = 0; r < NR; r++) {

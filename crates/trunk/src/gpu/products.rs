@@ -114,6 +114,28 @@ pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
     (bytes <= ROW_SMEM_MAX).then_some(bytes as u32)
 }
 
+/// Stages of the shared-memory weight ring a warp of a one-token product
+/// with `rpw` rows keeps (kernels/common.cuh `SMEM_RING_STAGES`).
+const fn ring_stages(rpw: usize) -> usize {
+    if rpw == 1 {
+        8
+    } else {
+        4
+    }
+}
+
+/// Bytes of that ring a warp (kernels/common.cuh `SMEM_RING_WARP_BYTES`): a
+/// stage holds one 16-byte chunk a lane of every row.
+const fn ring_smem(rpw: usize) -> usize {
+    ring_stages(rpw) * rpw * 32 * 16
+}
+
+/// The most dynamic shared memory a one-token product opts in to: the
+/// staged row (at most [`ROW_SMEM_MAX`]) and the rings of its warps (at
+/// most twice [`DECODE_WARPS`] of 4 rows).
+const DECODE_SMEM_MAX: usize = 227 << 10;
+const _: () = assert!(ROW_SMEM_MAX + 2 * DECODE_WARPS * ring_smem(4) <= DECODE_SMEM_MAX);
+
 /// Warps per block of the decode products (kernels/linear.cu, moe.cu).
 pub const DECODE_WARPS: usize = 4;
 
@@ -133,7 +155,9 @@ fn rows_per_warp(rows: usize, sm_count: usize) -> usize {
 /// The dynamic shared memory kernel `k` opts in to past the default 48
 /// KiB (every launch of it may then take up to that), or None.
 pub(super) fn dynamic_smem_opt_in(k: &str) -> Option<usize> {
-    if WHOLE_ROW_KERNELS.contains(&k) || LINEAR_T1_KERNELS.iter().any(|(_, names)| names.contains(&k)) {
+    if LINEAR_T1_KERNELS.iter().any(|(_, names)| names.contains(&k)) {
+        Some(DECODE_SMEM_MAX)
+    } else if WHOLE_ROW_KERNELS.contains(&k) {
         Some(ROW_SMEM_MAX)
     } else if GROUP_KERNELS.contains(&k) {
         Some(GROUP_SMEM_MAX)
@@ -301,6 +325,8 @@ impl Gpu {
         let warps = if smem > WIDE_ROW_SMEM { 2 * DECODE_WARPS } else { DECODE_WARPS };
         // at most the blocks the SMs hold at once (the kernels loop over row groups)
         let block = (warps * 32) as u32;
+        // and each warp's weight ring after the staged row (kernels/linear.cu `linear_rows_fmt`)
+        let smem = smem + (warps * ring_smem(rpw)) as u32;
         let fit = self.resident_grid(kernel, block, smem, groups)?;
         let grid = (nrows.div_ceil(warps * rpw).min(fit) as u32, 1, groups as u32);
         crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
@@ -383,6 +409,26 @@ mod tests {
         assert_eq!((k, c.grid_dim, c.block_dim.0, c.shared_mem_bytes), ("one", (3, 1, 3), 128, 0));
         let (k, c) = tile_launch(["one", "tiles"], 2, 17, 10, 1);
         assert_eq!((k, c.grid_dim, c.block_dim.0, c.shared_mem_bytes), ("tiles", (2, 3, 1), 256, tile_smem(2)));
+    }
+
+    #[test]
+    fn weight_rings_follow_the_kernels() {
+        let common = nvrtc::SOURCES.iter().find(|(n, _)| *n == "common.cuh").unwrap().1;
+        let stages = format!("#define SMEM_RING_STAGES(ND) ((ND) == 1 ? {} : {})\n", ring_stages(1), ring_stages(2));
+        assert!(common.contains(&stages), "kernels/common.cuh lacks {stages:?}");
+        assert!(common.contains("#define SMEM_RING_WARP_BYTES(ND) (SMEM_RING_STAGES(ND) * (ND) * 32 * 16)\n"));
+        assert_eq!(ring_stages(4), ring_stages(2));
+        // a warp of 4 FP8 rows: 4 stages of 4 x 32 chunks; of one row, 8 stages of 32
+        assert_eq!((ring_smem(4), ring_smem(1)), (4 * 4 * 512, 8 * 512));
+        // the rings follow the staged row at a 16-byte boundary (cp.async 16) in every format
+        for (fmt, cols) in [(0, 4096), (1, 4096), (2, 8192), (3, 2048)] {
+            assert_eq!(row_smem(fmt, cols).unwrap() % 16, 0, "format {fmt}");
+        }
+        assert!(LINEAR_T1_KERNELS
+            .iter()
+            .flat_map(|(_, names)| names.iter())
+            .all(|k| { dynamic_smem_opt_in(k) == Some(DECODE_SMEM_MAX) }));
+        assert_eq!(dynamic_smem_opt_in("expert_gate_up"), Some(ROW_SMEM_MAX));
     }
 
     #[test]
