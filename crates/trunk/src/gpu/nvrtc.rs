@@ -8,6 +8,7 @@ use anyhow::{anyhow, Result};
 /// The kernel files, in translation-unit order (the shared header first).
 pub const SOURCES: &[(&str, &str)] = &[
     ("common.cuh", include_str!("../../../../kernels/common.cuh")),
+    ("rows.cuh", include_str!("../../../../kernels/rows.cuh")),
     ("linear.cu", include_str!("../../../../kernels/linear.cu")),
     ("norm.cu", include_str!("../../../../kernels/norm.cu")),
     ("embed.cu", include_str!("../../../../kernels/embed.cu")),

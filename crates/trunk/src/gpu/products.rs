@@ -25,7 +25,7 @@ fn chunk_values(fmt: i32) -> usize {
 pub const ROW_SMEM_MAX: usize = 112 << 10;
 
 /// The kernels whose dynamic shared memory may pass the default 48 KiB:
-/// those that stage a whole activation row (kernels/common.cuh
+/// those that stage a whole activation row (kernels/rows.cuh
 /// `staged_row_dots`) and the prefill tiles (kernels/linear.cu
 /// `linear_tile_pairs`); they opt in to [`ROW_SMEM_MAX`].
 const WHOLE_ROW_KERNELS: [&str; 4] = ["expert_gate_up", "expert_down", "linear_f32", "linear_grouped"];
@@ -41,10 +41,10 @@ pub const LINEAR_T1_KERNELS: [(usize, [&str; 4]); 3] = [
 ];
 
 /// Tokens (or pairs of one expert) the prefill's group kernels stage whole
-/// at once (kernels/common.cuh `GROUP_TOKENS`; kernels/linear.cu
+/// at once (kernels/rows.cuh `GROUP_TOKENS`; kernels/linear.cu
 /// `linear_groups`, kernels/moe.cu `expert_gate_up_groups`,
 /// `expert_down_groups`), the weight rows a warp takes at once
-/// (kernels/common.cuh `GROUP_ROWS`), their block (8 warps) and the most
+/// (kernels/rows.cuh `GROUP_ROWS`), their block (8 warps) and the most
 /// shared memory they opt in to: the group's staged rows, one block an SM.
 pub const GROUP_TOKENS: usize = 4;
 const GROUP_ROWS: usize = 4;
@@ -106,7 +106,7 @@ fn tile_launch(
 }
 
 /// Shared bytes a decode kernel needs to stage one whole activation row of
-/// `cols` for weights of format `fmt` (kernels/common.cuh `stage_row`:
+/// `cols` for weights of format `fmt` (kernels/rows.cuh `stage_row`:
 /// f64 values, two padding values per chunk), or None above [`ROW_SMEM_MAX`].
 pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
     let e = chunk_values(fmt);
@@ -115,7 +115,7 @@ pub fn row_smem(fmt: i32, cols: usize) -> Option<u32> {
 }
 
 /// Stages of the shared-memory weight ring a warp of a one-token product
-/// with `rpw` rows keeps (kernels/common.cuh `SMEM_RING_STAGES`).
+/// with `rpw` rows keeps (kernels/rows.cuh `SMEM_RING_STAGES`).
 const fn ring_stages(rpw: usize) -> usize {
     if rpw == 1 {
         8
@@ -124,7 +124,7 @@ const fn ring_stages(rpw: usize) -> usize {
     }
 }
 
-/// Bytes of that ring a warp (kernels/common.cuh `SMEM_RING_WARP_BYTES`): a
+/// Bytes of that ring a warp (kernels/rows.cuh `SMEM_RING_WARP_BYTES`): a
 /// stage holds one 16-byte chunk a lane of every row.
 const fn ring_smem(rpw: usize) -> usize {
     ring_stages(rpw) * rpw * 32 * 16
@@ -413,10 +413,10 @@ mod tests {
 
     #[test]
     fn weight_rings_follow_the_kernels() {
-        let common = nvrtc::SOURCES.iter().find(|(n, _)| *n == "common.cuh").unwrap().1;
+        let rows = nvrtc::SOURCES.iter().find(|(n, _)| *n == "rows.cuh").unwrap().1;
         let stages = format!("#define SMEM_RING_STAGES(ND) ((ND) == 1 ? {} : {})\n", ring_stages(1), ring_stages(2));
-        assert!(common.contains(&stages), "kernels/common.cuh lacks {stages:?}");
-        assert!(common.contains("#define SMEM_RING_WARP_BYTES(ND) (SMEM_RING_STAGES(ND) * (ND) * 32 * 16)\n"));
+        assert!(rows.contains(&stages), "kernels/rows.cuh lacks {stages:?}");
+        assert!(rows.contains("#define SMEM_RING_WARP_BYTES(ND) (SMEM_RING_STAGES(ND) * (ND) * 32 * 16)\n"));
         assert_eq!(ring_stages(4), ring_stages(2));
         // a warp of 4 FP8 rows: 4 stages of 4 x 32 chunks; of one row, 8 stages of 32
         assert_eq!((ring_smem(4), ring_smem(1)), (4 * 4 * 512, 8 * 512));
@@ -434,9 +434,9 @@ mod tests {
     #[test]
     fn groups_follow_the_kernels() {
         let source = |name: &str| nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap().1;
-        assert!(source("common.cuh").contains(&format!("#define GROUP_TOKENS {GROUP_TOKENS}\n")));
+        assert!(source("rows.cuh").contains(&format!("#define GROUP_TOKENS {GROUP_TOKENS}\n")));
         let (moe, linear) = (source("moe.cu"), source("linear.cu"));
-        assert!(source("common.cuh").contains(&format!("#define GROUP_ROWS {GROUP_ROWS}\n")));
+        assert!(source("rows.cuh").contains(&format!("#define GROUP_ROWS {GROUP_ROWS}\n")));
         assert!(moe.contains(&format!("__launch_bounds__({GROUP_BLOCK}) expert_gate_up_groups(")));
         assert!(moe.contains(&format!("__launch_bounds__({GROUP_BLOCK}) expert_down_groups(")));
         assert!(linear.contains(&format!("__launch_bounds__({GROUP_BLOCK}) linear_groups(")));

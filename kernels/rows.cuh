@@ -1,0 +1,310 @@
+// rows.cuh — the weight-row dot products of the products and the experts
+// (linear.cu, moe.cu): the staged activation rows, the registers' and shared
+// memory's weight rings, and the warp's dots in the chunk order that
+// common.cuh fixes for every kernel. Compiled right after common.cuh in the
+// one NVRTC translation unit (gpu/nvrtc.rs `SOURCES`).
+
+// Shared floats block_dot_rows needs for NT tokens.
+#define DOT_SMEM(E, NT) ((NT) * 32 * ((E) + 1))
+
+// Dot products of row r (warp-owned; `active` false for warps past the
+// last row, which still help stage) with NT token vectors x + t*x_stride,
+// nt of them real, on dequantized weights. xs: shared, DOT_SMEM(E, NT)
+// floats: the block walks the columns in windows of 32 chunks, staging each
+// window's activations (one padding word per chunk, so that lanes read
+// without bank conflicts). Every lane of an active warp gets each full sum.
+template <int FMT, int NT>
+__device__ __forceinline__ void block_dot_rows(const Mat& m, int r, bool active, const float* x, int x_stride, int nt,
+                                               double* acc, float* xs) {
+    const int E = Fmt<FMT>::E;
+    const int lane = threadIdx.x & 31;
+    const int nch = m.cols / E;
+    const uint4* rc = (const uint4*)m.data + (size_t)r * nch;
+    const int row_words = 32 * (E + 1);
+    #pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0;
+    float w[E];
+    uint4 cur = make_uint4(0, 0, 0, 0);
+    if (active && lane < nch) cur = rc[lane];
+    for (int base = 0; base < nch; base += 32) {
+        const int ci = base + lane;
+        uint4 next = make_uint4(0, 0, 0, 0);
+        if (active && ci + 32 < nch) next = rc[ci + 32];
+        __syncthreads();
+        const int k0 = base * E, len = min(32 * E, m.cols - k0);
+        for (int i = threadIdx.x; i < NT * 32 * E; i += blockDim.x) {
+            const int t = i / (32 * E), e = i % (32 * E);
+            if (t < nt && e < len) xs[t * row_words + e + e / E] = x[(size_t)t * x_stride + k0 + e];
+        }
+        __syncthreads();
+        if (active && ci < nch) {
+            decode_chunk<FMT>(m, r, ci, cur, w);
+            #pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < nt) {
+                    const float* xr = xs + t * row_words + lane * (E + 1);
+                    double p = 0.0;
+                    #pragma unroll
+                    for (int j = 0; j < E; j++) p = fma((double)w[j], (double)xr[j], p);
+                    acc[t] += p;
+                }
+            }
+        }
+        cur = next;
+    }
+    #pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = warp_sum(acc[t]);
+}
+
+// One token against many rows (decode). The token's whole row is staged in
+// shared memory once per block, as f64 (scaled by 2^(P - 127) for
+// scaled-code products), chunk ci at ci * (E + 2) (two padding values keep
+// each lane's 16-byte reads apart in the banks), and each warp takes ND
+// rows at once: lane l walks chunks l, l + 32, ... of every row together,
+// reading each activation once for all of them. Each row's sum is
+// block_dot_rows' (same chunk order, partials and butterfly), so the bits
+// do not depend on the kernel; what changes is the work per weight and the
+// bytes in flight (each lane keeps RING(ND) chunks of every row loading in
+// registers, or, in the one-token products, SMEM_RING_STAGES(ND) in shared
+// memory).
+
+// Stage x[0..cols) * xscale as f64 for chunks of E values, cols / E chunks
+// of E + 2 doubles (gpu/products.rs `row_smem` sizes it; all threads; the
+// caller syncs). Each thread issues its loads eight 16-byte vectors at a
+// time before it stores any, so a block waits for about one memory latency,
+// not one per element.
+template <int E>
+__device__ __forceinline__ void stage_row(const float* x, int cols, double xscale, double* xs) {
+    if ((cols & 3) != 0 || (((size_t)x) & 15) != 0) {
+        for (int i = threadIdx.x; i < cols; i += blockDim.x) xs[(i / E) * (E + 2) + i % E] = (double)x[i] * xscale;
+        return;
+    }
+    const float4* x4 = (const float4*)x;
+    const int n4 = cols >> 2;
+    for (int base = threadIdx.x; base < n4; base += 8 * blockDim.x) {
+        float4 v[8];
+        load_vec8(x4, n4, base, v);
+        #pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int i = base + u * blockDim.x;
+            if (i < n4) {
+                const int k = 4 * i;  // E is a multiple of 4: one chunk
+                double2* d = (double2*)(xs + (k / E) * (E + 2) + k % E);
+                d[0] = make_double2((double)v[u].x * xscale, (double)v[u].y * xscale);
+                d[1] = make_double2((double)v[u].z * xscale, (double)v[u].w * xscale);
+            }
+        }
+    }
+}
+
+// Chunks each lane keeps in flight per row when a warp takes ND rows: a
+// warp with one row (the short matrices, whose grids leave SMs idle) reads
+// 8 chunks (128 bytes) a lane ahead, so that a row of up to 256 chunks is
+// read in one memory latency; warps with several rows read 2 ahead (more
+// would cost registers and blocks an SM).
+#define RING(ND) ((ND) == 1 ? 8 : 2)
+
+// The first RING(ND) - 1 chunks of each of ND rows for this lane (issued
+// before the activations are staged, so that both latencies overlap).
+template <int FMT, int ND>
+__device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4 (*buf)[RING(ND)]) {
+    const int lane = threadIdx.x & 31;
+    const int nch = cols / Fmt<FMT>::E;
+    #pragma unroll
+    for (int q = 0; q < ND; q++) {
+        #pragma unroll
+        for (int d = 0; d + 1 < RING(ND); d++) {
+            const int ci = lane + 32 * d;
+            buf[q][d] = ci < nch ? rows[q].chunks[ci] : make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
+// Tokens the prefill's group kernels stage whole at once (linear.cu
+// linear_groups, moe.cu expert_*_groups; gpu/products.rs `GROUP_TOKENS`).
+#define GROUP_TOKENS 4
+// Weight rows a warp of the group kernels takes at once: each 16-byte shared
+// load of two staged values feeds GROUP_ROWS x 2 multiply-adds per token
+// (with 2 rows the shared loads bound the expert groups); block 256 (8
+// warps), for the registers of 4 rows x 4 tokens.
+#define GROUP_ROWS 4
+
+// A group's NT rows of `cols` staged for scaled-code or dequantized
+// products (token t's row at row(t), the last again past nt; stage_row's
+// layout, token t at xs_dyn + t * (cols / E * (E + 2))), every thread of
+// the block, then the barrier.
+template <int FMT, bool SCALED, int NT, class Row>
+__device__ __forceinline__ void stage_group(Row row, int cols, int nt) {
+    const int E = Fmt<FMT>::E;
+    #pragma unroll
+    for (int t = 0; t < NT; t++)
+        stage_row<E>(row(min(t, nt - 1)), cols, SCALED ? pow2d(Code<FMT>::P - 127) : 1.0,
+                     xs_dyn + t * (cols / E * (E + 2)));
+    __syncthreads();
+}
+
+// One chunk's terms for ND rows and NT staged tokens: the chunk ci of each
+// row (its 16 bytes in w[q]) against the tokens' staged values, a partial
+// from zero in column order taken into acc[q][t] (times the chunk's factor
+// for scaled codes).
+template <int FMT, int ND, int NT, bool SCALED>
+__device__ __forceinline__ void add_chunk(const RowRef* rows, int ci, const uint4 (&w)[ND], const double* xs,
+                                          int stride, double (&acc)[ND][NT]) {
+    const int E = Fmt<FMT>::E;
+    float s[ND];
+    double f[ND], p[ND][NT];
+    #pragma unroll
+    for (int q = 0; q < ND; q++) {
+        if (SCALED) f[q] = chunk_factor<FMT>(rows[q], ci);
+        else s[q] = row_scale<FMT>(rows[q], ci);
+        #pragma unroll
+        for (int t = 0; t < NT; t++) p[q][t] = 0.0;
+    }
+    #pragma unroll
+    for (int j = 0; j < E; j += 2) {
+        double w0[ND], w1[ND];
+        #pragma unroll
+        for (int q = 0; q < ND; q++) {
+            w0[q] = SCALED ? code_value<FMT>(w[q], j) : (double)dequant_value<FMT>(w[q], j, s[q]);
+            w1[q] = SCALED ? code_value<FMT>(w[q], j + 1) : (double)dequant_value<FMT>(w[q], j + 1, s[q]);
+        }
+        #pragma unroll
+        for (int t = 0; t < NT; t++) {
+            const double2 xv = *(const double2*)(xs + t * stride + ci * (E + 2) + j);
+            #pragma unroll
+            for (int q = 0; q < ND; q++) {
+                p[q][t] = fma(w0[q], xv.x, p[q][t]);
+                p[q][t] = fma(w1[q], xv.y, p[q][t]);
+            }
+        }
+    }
+    #pragma unroll
+    for (int q = 0; q < ND; q++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[q][t] = SCALED ? fma(p[q][t], f[q], acc[q][t]) : acc[q][t] + p[q][t];
+}
+
+// Dots of NT staged tokens (token t's row at xs + t * stride, stage_row's
+// layout) with ND rows (any mix of matrices of one format and width
+// `cols`), by one warp, from the chunks first_chunks loaded: each step
+// loads the chunk RING(ND) - 1 strides ahead into the last slot, sums the
+// first (each weight decoded once for the NT tokens), and shifts the slots
+// down; every lane gets every sum acc[q][t]. SCALED: scaled-code products
+// (the rows staged with xscale pow2d(P - 127)); otherwise dequantized
+// weights (xscale 1).
+template <int FMT, int ND, int NT, bool SCALED>
+__device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int cols, const double* xs, int stride,
+                                                     uint4 (*buf)[RING(ND)], double (&acc)[ND][NT]) {
+    const int E = Fmt<FMT>::E, D = RING(ND);
+    const int lane = threadIdx.x & 31;
+    const int nch = cols / E;
+    #pragma unroll
+    for (int q = 0; q < ND; q++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[q][t] = 0.0;
+    for (int ci = lane; ci < nch; ci += 32) {
+        const int ahead = ci + 32 * (D - 1);
+        #pragma unroll
+        for (int q = 0; q < ND; q++) buf[q][D - 1] = ahead < nch ? rows[q].chunks[ahead] : make_uint4(0, 0, 0, 0);
+        uint4 w[ND];
+        #pragma unroll
+        for (int q = 0; q < ND; q++) w[q] = buf[q][0];
+        add_chunk<FMT, ND, NT, SCALED>(rows, ci, w, xs, stride, acc);
+        #pragma unroll
+        for (int q = 0; q < ND; q++)
+            #pragma unroll
+            for (int d = 0; d + 1 < D; d++) buf[q][d] = buf[q][d + 1];
+    }
+    #pragma unroll
+    for (int q = 0; q < ND; q++)
+        #pragma unroll
+        for (int t = 0; t < NT; t++) acc[q][t] = warp_sum(acc[q][t]);
+}
+
+// The weight ring in shared memory (the one-token products, linear.cu
+// linear_rows_fmt): each warp of ND rows keeps SMEM_RING_STAGES(ND) stages
+// of its rows' chunks, stage k holding chunk lane + 32 k of every row for
+// lane `lane` (ND x 32 16-byte slots), copied by cp.async so that the
+// chunks in flight take no registers: 3 stages ahead of the sums for warps
+// of 2 or 4 rows (the register ring holds 1), 7 for one row (as RING(1)).
+// Each lane reads back only the slots it copied (its own cp.async groups),
+// so no barrier is needed. The expert kernels keep the register ring: the
+// smem ring halves the blocks an SM holds of them, and they were slower so
+// (perf.md, twenty-second session).
+#define SMEM_RING_STAGES(ND) ((ND) == 1 ? 8 : 4)
+// The ring's bytes a warp (gpu/products.rs `ring_smem`).
+#define SMEM_RING_WARP_BYTES(ND) (SMEM_RING_STAGES(ND) * (ND) * 32 * 16)
+
+// Copy stage k of the rows into its slot (an empty group past the row's end).
+template <int ND>
+__device__ __forceinline__ void ring_copy_stage(const RowRef* rows, int nch, uint4* ring, int k) {
+    const int lane = threadIdx.x & 31;
+    const int ci = lane + 32 * k;
+    uint4* slot = ring + (k % SMEM_RING_STAGES(ND)) * ND * 32 + lane;
+    if (ci < nch) {
+        #pragma unroll
+        for (int q = 0; q < ND; q++) copy_async16((float*)(slot + q * 32), (const float*)(rows[q].chunks + ci));
+    }
+    copy_async_commit();
+}
+
+// The first SMEM_RING_STAGES(ND) - 1 stages of the rows (issued before the
+// wait for constant weights, as first_chunks).
+template <int ND>
+__device__ __forceinline__ void ring_first_stages(const RowRef* rows, int nch, uint4* ring) {
+    #pragma unroll
+    for (int k = 0; k + 1 < SMEM_RING_STAGES(ND); k++) ring_copy_stage<ND>(rows, nch, ring, k);
+}
+
+// warp_dot_rows_tokens for one token with the chunks from the ring
+// (ring_first_stages issued): the same terms in the same order, so the same bits.
+template <int FMT, int ND, bool SCALED>
+__device__ __forceinline__ void warp_dot_rows_ring(const RowRef* rows, int cols, const double* xs, uint4* ring,
+                                                   double* out) {
+    const int E = Fmt<FMT>::E, S = SMEM_RING_STAGES(ND);
+    const int lane = threadIdx.x & 31;
+    const int nch = cols / E;
+    double acc[ND][1];
+    #pragma unroll
+    for (int q = 0; q < ND; q++) acc[q][0] = 0.0;
+    int k = 0;
+    for (int ci = lane; ci < nch; ci += 32, k++) {
+        ring_copy_stage<ND>(rows, nch, ring, k + S - 1);
+        asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
+        const uint4* slot = ring + (k % S) * ND * 32 + lane;
+        uint4 w[ND];
+        #pragma unroll
+        for (int q = 0; q < ND; q++) w[q] = slot[q * 32];
+        add_chunk<FMT, ND, 1, SCALED>(rows, ci, w, xs, 0, acc);
+    }
+    copy_async_wait_all();  // the empty groups past the end: the ring is free for the next rows
+    #pragma unroll
+    for (int q = 0; q < ND; q++) out[q] = warp_sum(acc[q][0]);
+}
+
+// The staged token's dots (warp_dot_rows_tokens for one token).
+template <int FMT, int ND, bool SCALED>
+__device__ __forceinline__ void warp_dot_rows(const RowRef* rows, int cols, const double* xs, uint4 (*buf)[RING(ND)],
+                                              double* acc) {
+    double a[ND][1];
+    warp_dot_rows_tokens<FMT, ND, 1, SCALED>(rows, cols, xs, 0, buf, a);
+    #pragma unroll
+    for (int q = 0; q < ND; q++) acc[q] = a[q][0];
+}
+
+// The whole-row sequence every decode kernel runs: the rows' first chunks,
+// the token staged, the barrier, the dots. Every thread of the block calls
+// it with the same `scaled` (every row's Mat.scaled); a warp with no rows
+// (`active` false) gets false and no sums.
+template <int FMT, int ND>
+__device__ __forceinline__ bool staged_row_dots(const RowRef* rows, bool active, bool scaled, const float* x,
+                                                int cols, double* xs, double* acc) {
+    uint4 buf[ND][RING(ND)];
+    if (active) first_chunks<FMT, ND>(rows, cols, buf);
+    stage_row<Fmt<FMT>::E>(x, cols, scaled ? pow2d(Code<FMT>::P - 127) : 1.0, xs);
+    __syncthreads();
+    if (!active) return false;
+    if (scaled) warp_dot_rows<FMT, ND, true>(rows, cols, xs, buf, acc);
+    else warp_dot_rows<FMT, ND, false>(rows, cols, xs, buf, acc);
+    return true;
+}
