@@ -15,9 +15,9 @@ use super::device::{Buf, Gpu};
 use super::graph::{StepGraphs, StepKey};
 use super::profile::ProfileCell;
 use super::sites::post_plan;
-use super::state::{GpuState, ScratchDims};
+use super::state::GpuState;
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
-use crate::config::{AttnKind, Dsv4Config};
+use crate::config::Dsv4Config;
 pub use crate::cpu::ops::moe::MoeArm;
 use crate::cpu::ops::rope::Rope;
 use crate::cpu::{Logits, Variant};
@@ -114,7 +114,7 @@ pub struct Dsv4Gpu {
     pub opts: GpuOptions,
     pub state_layout: Dsv4StateLayout,
     pub(super) stages: Vec<Stage>,
-    layer_stage: Vec<usize>,
+    pub(super) layer_stage: Vec<usize>,
     /// Per stage boundary (stage i to i+1): whether the activations cross
     /// by a direct peer copy (true, also for two stages on one device) or
     /// through the driver's staged path.
@@ -140,7 +140,7 @@ pub struct VramLine {
     pub total: usize,
 }
 
-fn gb(b: usize) -> f64 {
+pub(super) fn gb(b: usize) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }
 
@@ -291,127 +291,6 @@ impl Dsv4Gpu {
                 })
             })
             .collect()
-    }
-
-    /// The most keys one query attends to in a state of `capacity`
-    /// positions: the window and the largest compressed set of any layer,
-    /// or a drafter's block (as `attention` sizes its launch).
-    fn attention_keys(&self, capacity: usize) -> usize {
-        let c = &self.config;
-        let entries = c
-            .layer_types
-            .iter()
-            .map(|k| match k {
-                AttnKind::Window => 0,
-                AttnKind::Csa => c.index_topk,
-                AttnKind::Hca => capacity / c.hca_ratio + 1,
-            })
-            .max()
-            .unwrap_or(0);
-        c.sliding_window + entries.max(super::state::LOGIT_ROWS)
-    }
-
-    fn dims(&self, capacity: usize) -> ScratchDims {
-        let c = &self.config;
-        ScratchDims {
-            d: c.hidden_size,
-            hc: c.hc_mult,
-            q_lora: c.q_lora_rank,
-            heads_x_hd: c.num_attention_heads * c.head_dim,
-            hd: c.head_dim,
-            go: c.o_groups * c.o_lora_rank,
-            cw: 2 * c.head_dim,
-            iw: 2 * c.index_head_dim,
-            idx_heads_x_di: c.index_n_heads * c.index_head_dim,
-            idx_heads: c.index_n_heads,
-            topk: c.index_topk,
-            experts: c.n_routed_experts,
-            k: c.num_experts_per_tok,
-            inter: c.moe_intermediate_size * c.n_shared_experts.max(1),
-            vocab: c.vocab_size,
-            max_entries: capacity / c.csa_ratio.max(1) + 1,
-        }
-    }
-
-    /// A state for `capacity` positions whose scratch takes chunks of up to
-    /// `capacity` tokens (monolithic prefill).
-    pub fn alloc_decode_state_for(&self, capacity: usize) -> Result<GpuState> {
-        self.alloc_decode_state_for_transient(capacity, capacity)
-    }
-
-    /// A state for `capacity` positions with scratch for chunks of up to
-    /// `chunk_width` tokens. Refused up front when it would not fit.
-    pub fn alloc_decode_state_for_transient(&self, capacity: usize, chunk_width: usize) -> Result<GpuState> {
-        self.alloc_decode_state_with_slack(capacity, chunk_width, 0)
-    }
-
-    /// `alloc_decode_state_for_transient` whose rings keep `slack` extra rows,
-    /// so that speculative decoding can rewind up to `slack` positions.
-    pub fn alloc_decode_state_with_slack(&self, capacity: usize, chunk_width: usize, slack: usize) -> Result<GpuState> {
-        if capacity == 0 || chunk_width == 0 {
-            bail!("capacity and chunk width must be positive");
-        }
-        let keys = self.attention_keys(capacity);
-        let most = super::layer_ops::ATTENTION_MAX_KEYS;
-        if keys > most {
-            bail!(
-                "a state for {capacity} positions lets a query attend to {keys} keys; the attention kernel \
-                 holds at most {most} in shared memory (kernels/attention.cu)"
-            );
-        }
-        let layout = if slack == 0 {
-            self.state_layout.layout.clone()
-        } else {
-            crate::state::Dsv4StateLayout::new(&self.config, slack).layout
-        };
-        let dims = self.dims(capacity);
-        let scratch_elems = dims.elements(chunk_width);
-        let mut need: std::collections::BTreeMap<usize, usize> = Default::default();
-        for (i, s) in self.stages.iter().enumerate() {
-            let mut b = scratch_elems * 4;
-            for (ci, spec) in layout.classes.iter().enumerate() {
-                if self.class_stage(ci) == i {
-                    b += spec.rule.rows_for(capacity) * spec.row_bytes();
-                }
-            }
-            *need.entry(s.gpu.ordinal).or_default() += b;
-        }
-        let mut problems = Vec::new();
-        for (&d, &b) in &need {
-            let g = &self.stages.iter().find(|s| s.gpu.ordinal == d).unwrap().gpu;
-            let (free, total) = g.mem_info()?;
-            if b + (64 << 20) > free {
-                problems.push(format!(
-                    "device {d}: state + scratch need {:.2} GiB, {:.2} GiB free of {:.2} GiB",
-                    gb(b),
-                    gb(free),
-                    gb(total)
-                ));
-            }
-        }
-        if !problems.is_empty() {
-            bail!("a state for {capacity} positions (chunks of {chunk_width}) does not fit: {}", problems.join("; "));
-        }
-        let kv = kvstate::DeviceState::new(layout.clone(), capacity, |ci| {
-            self.stages[self.class_stage(ci)].gpu.stream.clone()
-        })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let scratch = self.stages.iter().map(|s| dims.alloc(&s.gpu, chunk_width)).collect::<Result<Vec<_>>>()?;
-        for s in &self.stages {
-            s.gpu.sync()?;
-        }
-        Ok(GpuState { kv, scratch, scratch_elements: scratch_elems * self.stages.len(), graphs: None })
-    }
-
-    fn class_stage(&self, class: usize) -> usize {
-        let l = self.state_layout.layers.iter().position(|lc| {
-            lc.kv == class
-                || lc.comp_pending == Some(class)
-                || lc.comp_entries == Some(class)
-                || lc.idx_pending == Some(class)
-                || lc.idx_entries == Some(class)
-        });
-        self.layer_stage[l.expect("every class belongs to a layer")]
     }
 
     /// Monolithic prefill: all tokens as one chunk.
