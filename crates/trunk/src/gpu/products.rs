@@ -33,7 +33,8 @@ const WHOLE_ROW_KERNELS: [&str; 4] = ["expert_gate_up", "expert_down", "linear_f
 /// The one-token product kernels (kernels/linear.cu `LINEAR_T1`): for each
 /// rows a warp ([`rows_per_warp`]), one per weight format (the index:
 /// `Mat.fmt`, F32, BF16, FP8, FP4). Each stages a whole activation row,
-/// like [`WHOLE_ROW_KERNELS`].
+/// like [`WHOLE_ROW_KERNELS`], and keeps its weights' shared-memory ring
+/// after it, so they opt in to [`DECODE_SMEM_MAX`].
 pub const LINEAR_T1_KERNELS: [(usize, [&str; 4]); 3] = [
     (1, ["linear_t1_r1_f32", "linear_t1_r1_bf16", "linear_t1_r1_fp8", "linear_t1_r1_fp4"]),
     (2, ["linear_t1_r2_f32", "linear_t1_r2_bf16", "linear_t1_r2_fp8", "linear_t1_r2_fp4"]),
