@@ -172,6 +172,22 @@ impl Gpu {
         self.ctx.mem_get_info().map_err(|e| anyhow!("cuMemGetInfo on device {}: {e}", self.ordinal))
     }
 
+    /// Where `need` bytes of `what` and `margin` more do not fit in this
+    /// device's free memory, the line that says so; None where they fit.
+    pub fn shortfall(&self, what: &str, need: usize, margin: usize) -> Result<Option<String>> {
+        let gb = |b: usize| b as f64 / (1u64 << 30) as f64;
+        let (free, total) = self.mem_info()?;
+        Ok((need + margin > free).then(|| {
+            format!(
+                "device {}: {what} need {:.2} GiB, {:.2} GiB free of {:.2} GiB",
+                self.ordinal,
+                gb(need),
+                gb(free),
+                gb(total)
+            )
+        }))
+    }
+
     pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(&self, len: usize) -> Result<Buf<T>> {
         let slice = self.stream.alloc_zeros::<T>(len.max(1)).map_err(|e| {
             anyhow!("allocating {} bytes on device {}: {e}", len * std::mem::size_of::<T>(), self.ordinal)

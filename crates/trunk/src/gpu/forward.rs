@@ -140,10 +140,6 @@ pub struct VramLine {
     pub total: usize,
 }
 
-pub(super) fn gb(b: usize) -> f64 {
-    b as f64 / (1u64 << 30) as f64
-}
-
 impl Dsv4Gpu {
     /// Split the layers over `devices` and upload the weights; refuses up
     /// front, with the numbers, a split that does not fit.
@@ -187,15 +183,7 @@ impl Dsv4Gpu {
         let mut problems = Vec::new();
         for (&d, &need) in &need_per_dev {
             let g = gpus.iter().find(|g| g.ordinal == d).unwrap();
-            let (free, total) = g.mem_info()?;
-            if need + (256 << 20) > free {
-                problems.push(format!(
-                    "device {d}: weights need {:.2} GiB, {:.2} GiB free of {:.2} GiB",
-                    gb(need),
-                    gb(free),
-                    gb(total)
-                ));
-            }
+            problems.extend(g.shortfall("weights", need, 256 << 20)?);
         }
         if !problems.is_empty() {
             bail!("the model does not fit: {}", problems.join("; "));

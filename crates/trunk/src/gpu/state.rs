@@ -9,7 +9,7 @@ use anyhow::{bail, Result};
 use kvstate::{DeviceState, Layout, StateError, StateStore};
 
 use super::device::{Buf, Gpu};
-use super::forward::{gb, Dsv4Gpu};
+use super::forward::Dsv4Gpu;
 use super::products::GROUP_TOKENS;
 use crate::config::AttnKind;
 
@@ -329,15 +329,7 @@ impl Dsv4Gpu {
         let mut problems = Vec::new();
         for (&d, &b) in &need {
             let g = &self.stages.iter().find(|s| s.gpu.ordinal == d).unwrap().gpu;
-            let (free, total) = g.mem_info()?;
-            if b + (64 << 20) > free {
-                problems.push(format!(
-                    "device {d}: state + scratch need {:.2} GiB, {:.2} GiB free of {:.2} GiB",
-                    gb(b),
-                    gb(free),
-                    gb(total)
-                ));
-            }
+            problems.extend(g.shortfall("state + scratch", b, 64 << 20)?);
         }
         if !problems.is_empty() {
             bail!("a state for {capacity} positions (chunks of {chunk_width}) does not fit: {}", problems.join("; "));
