@@ -301,8 +301,9 @@ impl Gpu {
     }
 
     /// Blocks of `kernel` (with `block` threads and `smem` dynamic shared
-    /// bytes) one SM holds at once, asked of the driver once per shape.
-    fn resident_blocks(&self, kernel: &'static str, block: u32, smem: u32) -> Result<usize> {
+    /// bytes) one SM holds at once (0 where one does not fit), asked of the
+    /// driver once per shape.
+    pub(super) fn resident_blocks(&self, kernel: &'static str, block: u32, smem: u32) -> Result<usize> {
         let mut cache = self.resident.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&n) = cache.get(&(kernel, block, smem)) {
             return Ok(n as usize);
@@ -310,8 +311,7 @@ impl Gpu {
         let n = self
             .func(kernel)?
             .occupancy_max_active_blocks_per_multiprocessor(block, smem as usize, None)
-            .map_err(|e| anyhow!("device {}: occupancy of `{kernel}`: {e}", self.ordinal))?
-            .max(1);
+            .map_err(|e| anyhow!("device {}: occupancy of `{kernel}`: {e}", self.ordinal))?;
         cache.insert((kernel, block, smem), n);
         Ok(n as usize)
     }
@@ -320,7 +320,7 @@ impl Gpu {
     /// whole device holds at once (at least one): the grid of a kernel
     /// whose blocks loop over their work.
     pub fn resident_grid(&self, kernel: &'static str, block: u32, smem: u32, shares: usize) -> Result<usize> {
-        Ok((self.resident_blocks(kernel, block, smem)? * self.sm_count / shares).max(1))
+        Ok((self.resident_blocks(kernel, block, smem)?.max(1) * self.sm_count / shares).max(1))
     }
 
     pub fn func(&self, name: &str) -> Result<&CudaFunction> {

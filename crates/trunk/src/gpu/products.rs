@@ -132,18 +132,42 @@ const fn ring_smem(rpw: usize) -> usize {
 }
 
 /// The most dynamic shared memory a one-token product opts in to: the
-/// staged row (at most [`ROW_SMEM_MAX`]) and the rings of its warps (at
-/// most twice [`DECODE_WARPS`] of 4 rows).
+/// staged row (at most [`ROW_SMEM_MAX`]) and the rings of its warps: a
+/// block of [`DECODE_WARPS`] always fits; `decode_block` takes a larger
+/// one only where it fits too.
 const DECODE_SMEM_MAX: usize = 227 << 10;
-const _: () = assert!(ROW_SMEM_MAX + 2 * DECODE_WARPS * ring_smem(4) <= DECODE_SMEM_MAX);
+const _: () = assert!(ROW_SMEM_MAX + DECODE_WARPS * ring_smem(4) <= DECODE_SMEM_MAX);
 
 /// Warps per block of the decode products (kernels/linear.cu, moe.cu).
 pub const DECODE_WARPS: usize = 4;
 
-/// Staged-row bytes above which a decode product's block has twice
-/// [`DECODE_WARPS`]: three such blocks fill an SM's shared memory (an FP8
-/// row of 8192, `wo_b` at DSV4-Flash widths, stages 72 KiB).
-const WIDE_ROW_SMEM: u32 = 48 << 10;
+/// The warps of a one-token product's block and its dynamic shared memory
+/// (the staged row of `row` bytes, then a ring of [`ring_smem`] a warp of
+/// `rpw` rows): of 1, 2 and 4 times [`DECODE_WARPS`], the block with which
+/// an SM holds the most warps at once (`held(warps, smem)`: the blocks an
+/// SM holds), the fewer warps on a tie, among the blocks whose grid over
+/// `rows` still gives each of `sm_count` SMs a block. The row is staged
+/// once a block, so larger blocks leave more shared memory to the rings.
+fn decode_block(
+    row: usize,
+    rpw: usize,
+    rows: usize,
+    sm_count: usize,
+    mut held: impl FnMut(usize, usize) -> Result<usize>,
+) -> Result<(usize, usize)> {
+    let mut best = (DECODE_WARPS, row + DECODE_WARPS * ring_smem(rpw), 0);
+    for warps in [DECODE_WARPS, 2 * DECODE_WARPS, 4 * DECODE_WARPS] {
+        let smem = row + warps * ring_smem(rpw);
+        if smem > DECODE_SMEM_MAX || rows.div_ceil(warps * rpw) < sm_count {
+            continue;
+        }
+        let on_sm = warps * held(warps, smem)?;
+        if on_sm > best.2 {
+            best = (warps, smem, on_sm);
+        }
+    }
+    Ok((best.0, best.1))
+}
 
 /// Rows each warp of a decode product over `rows` rows takes (4, 2 or 1) on
 /// a device of `sm_count` SMs: the most that still gives every SM two
@@ -321,13 +345,12 @@ impl Gpu {
             .zip(usize::try_from(w.arg.fmt).ok())
             .and_then(|((_, names), f)| names.get(f))
             .ok_or_else(|| anyhow!("a decode product of weight format {}: no kernel for it", w.arg.fmt))?;
-        // a row so wide that its staging limits an SM to a few blocks: twice
-        // the warps share it
-        let warps = if smem > WIDE_ROW_SMEM { 2 * DECODE_WARPS } else { DECODE_WARPS };
+        // the staged row, then each warp's weight ring (kernels/linear.cu `linear_rows_fmt`)
+        let (warps, smem) = decode_block(smem as usize, rpw, nrows * groups, self.sm_count, |warps, smem| {
+            self.resident_blocks(kernel, (warps * 32) as u32, smem as u32)
+        })?;
+        let (block, smem) = ((warps * 32) as u32, smem as u32);
         // at most the blocks the SMs hold at once (the kernels loop over row groups)
-        let block = (warps * 32) as u32;
-        // and each warp's weight ring after the staged row (kernels/linear.cu `linear_rows_fmt`)
-        let smem = smem + (warps * ring_smem(rpw)) as u32;
         let fit = self.resident_grid(kernel, block, smem, groups)?;
         let grid = (nrows.div_ceil(warps * rpw).min(fit) as u32, 1, groups as u32);
         crate::launch!(self, kernel, Gpu::cfg(grid, block, smem);
@@ -410,6 +433,31 @@ mod tests {
         assert_eq!((k, c.grid_dim, c.block_dim.0, c.shared_mem_bytes), ("one", (3, 1, 3), 128, 0));
         let (k, c) = tile_launch(["one", "tiles"], 2, 17, 10, 1);
         assert_eq!((k, c.grid_dim, c.block_dim.0, c.shared_mem_bytes), ("tiles", (2, 3, 1), 256, tile_smem(2)));
+    }
+
+    #[test]
+    fn decode_blocks_hold_the_most_warps_an_sm() {
+        // a model of the H200's SM: 227 KiB of shared memory (1 KiB reserved a block), 2048 threads
+        let held = |warps: usize, smem: usize| Ok((227 * 1024 / (smem + 1024)).min(64 / warps));
+        // the LM head (BF16 rows of 4096: 40 KiB staged, 4 rows a warp): 3 blocks of 4 warps, 2 of 8
+        let row = row_smem(1, 4096).unwrap() as usize;
+        assert_eq!(decode_block(row, 4, 129_280, 132, held).unwrap(), (8, row + 8 * 8192));
+        // wo_b (FP8 rows of 8192: 72 KiB, 2 rows a warp): 2 blocks of 8 = 16 warps = 1 of 16: the fewer
+        let row = row_smem(2, 8192).unwrap() as usize;
+        assert_eq!(decode_block(row, 2, 4096, 132, held).unwrap(), (8, row + 8 * 4096));
+        // too few rows for a block of 8 on every SM: 4 warps whatever the SM holds
+        assert_eq!(decode_block(9216, 1, 1024, 132, held).unwrap(), (4, 9216 + 4 * 4096));
+        // a block that does not fit (occupancy 0) is never taken
+        let none_large = |warps: usize, _| Ok(if warps > 4 { 0 } else { 3 });
+        assert_eq!(decode_block(row, 2, 1 << 20, 132, none_large).unwrap().0, 4);
+        // every choice fits the opt-in
+        for (fmt, cols) in [(0, 4096), (1, 4096), (2, 8192), (3, 8192)] {
+            let row = row_smem(fmt, cols).unwrap() as usize;
+            for rpw in [1, 2, 4] {
+                let (_, smem) = decode_block(row, rpw, 1 << 20, 132, held).unwrap();
+                assert!(smem <= DECODE_SMEM_MAX, "format {fmt}, {cols} columns, {rpw} rows a warp");
+            }
+        }
     }
 
     #[test]
