@@ -334,8 +334,8 @@ extern "C" __global__ void __launch_bounds__(256) linear_groups(Mat w, const flo
 // what the SMs hold at once: block b stages the row once, and its warp w
 // takes the row groups b * warps + w, then that plus the grid's warps, and
 // so on (the first group's first stages load while the row is staged).
-// grid (blocks, 1, groups), block 128 or 256 (gpu/products.rs
-// `decode_rows`), dynamic smem the staged row (stage_row), then each warp's
+// grid (blocks, 1, groups), block 128, 256 or 512 (gpu/products.rs
+// `decode_block`), dynamic smem the staged row (stage_row), then each warp's
 // weight ring (SMEM_RING_WARP_BYTES(NR) a warp). Group z:
 // rows row0 + z*nrows .., input x + z*x_group, outputs y + z*nrows.
 // A pair of matrices of one format, width and `scaled` (two products of
