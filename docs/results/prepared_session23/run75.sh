@@ -4,7 +4,7 @@
 # warps (run 2 of the twenty-third session) held only 2 blocks (14 warps) and were 0.05 ms slower. Against main
 # (target/device/memra):
 #   L6  = next/expert-lb6 (expert-lb6.patch): __launch_bounds__(128, 6): 80 registers, 24 warps an SM
-#         (ptxas 13.0: 84-96 bytes of spill stores; target/vELB6/memra);
+#         (ptxas 13.0: 84-96 bytes of spills, 5 spill loads in gate/up's FP4 loop of 673 instructions; target/vELB6/memra);
 #   L7  = next/expert-lb7 (expert-lb7.patch): __launch_bounds__(128, 7): 72 registers, 28 warps an SM where shared
 #         memory lets (the down kernel's row of 2048; gate/up stays at 6 blocks; 168-172 bytes of spills;
 #         target/vELB7/memra);
