@@ -349,7 +349,7 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const Mat& w2, int
     int j0 = (blockIdx.x * warps + (threadIdx.x >> 5)) * NR;
     const bool scaled = w.scaled != 0;
     RowRef rows[NR];
-    // this warp's weight ring, after the staged row (gpu/products.rs `decode_rows` sizes both)
+    // this warp's weight ring, after the staged row (gpu/products.rs `decode_block` sizes both)
     const int E = Fmt<FMT>::E;
     uint4* ring = (uint4*)(xs + (size_t)(w.cols / E) * (E + 2)) + (threadIdx.x >> 5) * (SMEM_RING_WARP_BYTES(NR) / 16);
     const int nch = w.cols / E;
