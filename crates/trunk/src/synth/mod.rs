@@ -207,15 +207,26 @@ impl Synth {
         s
     }
 
-    /// Rows `[r0, r0+n)` of a normal matrix, drawn in 128-row chunks.
-    fn normal_rows(&self, name: &str, cols: usize, r0: usize, n: usize, mean: f32, std: f32) -> Vec<f32> {
-        debug_assert!(r0.is_multiple_of(128));
-        let mut out = vec![0.0f32; n * cols];
-        out.par_chunks_mut(128 * cols).enumerate().for_each(|(i, chunk)| {
-            let mut rng = Rng::new(self.seed, name, (r0 / 128 + i) as u64);
-            rng.fill_normal(chunk, mean, std);
+    /// Each 128-row chunk of a `rows` x `cols` normal matrix (chunk i: rows
+    /// 128 i .., drawn from its own stream, so that the values do not depend
+    /// on the thread count), in a buffer reused within a thread, handed with
+    /// the chunk's item of `chunks` to `f`, in parallel. The values never
+    /// exist whole, so a quantized tensor costs its own bytes, not four a
+    /// value.
+    fn by_row_chunks<C: Send>(
+        &self,
+        name: &str,
+        (rows, cols): (usize, usize),
+        (mean, std): (f32, f32),
+        chunks: impl IndexedParallelIterator<Item = C>,
+        f: impl Fn(&[f32], C) + Sync + Send,
+    ) {
+        chunks.enumerate().for_each_init(Vec::new, |vals: &mut Vec<f32>, (i, c)| {
+            vals.clear();
+            vals.resize(128.min(rows - 128 * i) * cols, 0.0);
+            Rng::new(self.seed, name, i as u64).fill_normal(vals, mean, std);
+            f(vals, c);
         });
-        out
     }
 
     /// Values of a dense (BF16/F32) tensor as f32 (BF16 ones already rounded).
@@ -224,63 +235,95 @@ impl Synth {
             Kind::Bf16 { shape, mean, std } | Kind::F32 { shape, mean, std } => {
                 let cols = *shape.last().unwrap();
                 let rows: usize = shape[..shape.len() - 1].iter().product();
-                let mut v = self.normal_rows(&spec.canonical, cols, 0, rows, *mean, *std);
-                if matches!(spec.kind, Kind::Bf16 { .. }) {
-                    for x in &mut v {
-                        *x = bf16_to_f32(f32_to_bf16(*x));
+                let bf16 = matches!(spec.kind, Kind::Bf16 { .. });
+                let mut v = vec![0.0f32; rows * cols];
+                let chunks = v.par_chunks_mut(128 * cols);
+                self.by_row_chunks(&spec.canonical, (rows, cols), (*mean, *std), chunks, |vals, o| {
+                    for (x, y) in vals.iter().zip(o.iter_mut()) {
+                        *y = if bf16 { bf16_to_f32(f32_to_bf16(*x)) } else { *x };
                     }
-                }
+                });
                 v
             }
             _ => panic!("dense_values on {:?}", spec.kind),
         }
     }
 
+    /// The little-endian bytes of a dense tensor in its own dtype (BF16 or
+    /// F32): `to_bf16_bytes` / `to_f32_bytes` of `dense_values`, drawn a
+    /// chunk of rows at a time.
+    pub fn dense_bytes(&self, spec: &Spec) -> Vec<u8> {
+        let (Kind::Bf16 { shape, mean, std } | Kind::F32 { shape, mean, std }) = &spec.kind else {
+            panic!("dense_bytes on {:?}", spec.kind)
+        };
+        let cols = *shape.last().unwrap();
+        let rows: usize = shape[..shape.len() - 1].iter().product();
+        let width = if matches!(spec.kind, Kind::Bf16 { .. }) { 2 } else { 4 };
+        let mut out = vec![0u8; rows * cols * width];
+        let chunks = out.par_chunks_mut(128 * cols * width);
+        self.by_row_chunks(&spec.canonical, (rows, cols), (*mean, *std), chunks, |v, o| {
+            if width == 2 {
+                for (x, b) in v.iter().zip(o.chunks_exact_mut(2)) {
+                    b.copy_from_slice(&f32_to_bf16(*x).to_le_bytes());
+                }
+            } else {
+                for (x, b) in v.iter().zip(o.chunks_exact_mut(4)) {
+                    b.copy_from_slice(&x.to_le_bytes());
+                }
+            }
+        });
+        out
+    }
+
     pub fn fp8(&self, spec: &Spec) -> Fp8Data {
         let Kind::Fp8 { rows, cols, std } = spec.kind else { panic!("fp8 on {:?}", spec.kind) };
-        let vals = self.normal_rows(&spec.canonical, cols, 0, rows, 0.0, std);
         let (gr, gc) = (rows.div_ceil(128), cols.div_ceil(128));
         let mut scales = vec![0u8; gr * gc];
         let mut codes = vec![0u8; rows * cols];
-        for bi in 0..gr {
-            for bj in 0..gc {
-                let (r0, r1) = (bi * 128, ((bi + 1) * 128).min(rows));
+        // a 128-row chunk is one row of 128 x 128 blocks
+        let chunks = codes.par_chunks_mut(128 * cols).zip(scales.par_chunks_mut(gc));
+        self.by_row_chunks(&spec.canonical, (rows, cols), (0.0, std), chunks, |vals, (crow, srow)| {
+            let n = vals.len() / cols;
+            for (bj, sc) in srow.iter_mut().enumerate() {
                 let (c0, c1) = (bj * 128, ((bj + 1) * 128).min(cols));
                 let mut amax = 0.0f32;
-                for r in r0..r1 {
+                for r in 0..n {
                     for x in &vals[r * cols + c0..r * cols + c1] {
                         amax = amax.max(x.abs());
                     }
                 }
                 let s = pow2_scale_for(amax.max(1e-30), E4M3_MAX);
-                scales[bi * gc + bj] = e8m0_of_pow2(s);
-                for r in r0..r1 {
+                *sc = e8m0_of_pow2(s);
+                for r in 0..n {
                     for cc in c0..c1 {
-                        codes[r * cols + cc] = f32_to_e4m3((vals[r * cols + cc] / s).clamp(-E4M3_MAX, E4M3_MAX));
+                        crow[r * cols + cc] = f32_to_e4m3((vals[r * cols + cc] / s).clamp(-E4M3_MAX, E4M3_MAX));
                     }
                 }
             }
-        }
+        });
         Fp8Data { codes, scales }
     }
 
     pub fn fp4(&self, spec: &Spec) -> Fp4Data {
         let Kind::Fp4 { rows, cols, std } = spec.kind else { panic!("fp4 on {:?}", spec.kind) };
-        let vals = self.normal_rows(&spec.canonical, cols, 0, rows, 0.0, std);
         let nb = cols / 32;
         let mut scales = vec![0u8; rows * nb];
         let mut packed = vec![0u8; rows * cols / 2];
-        packed.par_chunks_mut(cols / 2).zip(scales.par_chunks_mut(nb)).enumerate().for_each(|(r, (prow, srow))| {
-            let row = &vals[r * cols..(r + 1) * cols];
-            for b in 0..nb {
-                let blk = &row[b * 32..(b + 1) * 32];
-                let amax = blk.iter().fold(0.0f32, |m, x| m.max(x.abs()));
-                let s = pow2_scale_for(amax.max(1e-30), E2M1_MAX);
-                srow[b] = e8m0_of_pow2(s);
-                for k in 0..16 {
-                    let lo = f32_to_e2m1((blk[2 * k] / s).clamp(-E2M1_MAX, E2M1_MAX));
-                    let hi = f32_to_e2m1((blk[2 * k + 1] / s).clamp(-E2M1_MAX, E2M1_MAX));
-                    prow[b * 16 + k] = lo | (hi << 4);
+        let chunks = packed.par_chunks_mut(128 * cols / 2).zip(scales.par_chunks_mut(128 * nb));
+        self.by_row_chunks(&spec.canonical, (rows, cols), (0.0, std), chunks, |vals, (pk, sc)| {
+            for ((row, prow), srow) in
+                vals.chunks_exact(cols).zip(pk.chunks_exact_mut(cols / 2)).zip(sc.chunks_exact_mut(nb))
+            {
+                for b in 0..nb {
+                    let blk = &row[b * 32..(b + 1) * 32];
+                    let amax = blk.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+                    let s = pow2_scale_for(amax.max(1e-30), E2M1_MAX);
+                    srow[b] = e8m0_of_pow2(s);
+                    for k in 0..16 {
+                        let lo = f32_to_e2m1((blk[2 * k] / s).clamp(-E2M1_MAX, E2M1_MAX));
+                        let hi = f32_to_e2m1((blk[2 * k + 1] / s).clamp(-E2M1_MAX, E2M1_MAX));
+                        prow[b * 16 + k] = lo | (hi << 4);
+                    }
                 }
             }
         });

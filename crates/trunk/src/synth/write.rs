@@ -131,8 +131,9 @@ impl Synth {
     }
 }
 
-/// A spec index with its quantized data and scale bytes.
-type LastQuant = (usize, Vec<u8>, Vec<u8>);
+/// A spec index with the parts of its quantization (data, scale bytes) not
+/// yet handed out.
+type LastQuant = (usize, Option<Vec<u8>>, Option<Vec<u8>>);
 
 /// Produces planned tensors' bytes, remembering the last quantized spec so a
 /// weight and its scale are drawn once.
@@ -147,13 +148,20 @@ impl<'a> Producer<'a> {
         Producer { synth, specs, last: RefCell::new(None) }
     }
 
-    fn quant(&self, i: usize) -> (Vec<u8>, Vec<u8>) {
-        if let Some((j, a, b)) = &*self.last.borrow() {
+    /// Spec `i`'s quantized data (`scales` false) or scale bytes (true):
+    /// the part left from the last draw of `i` where there is one (each
+    /// part is handed out once, not copied), else a new draw whose other
+    /// part is kept for the next call.
+    fn quant(&self, i: usize, scales: bool) -> Vec<u8> {
+        let mut last = self.last.borrow_mut();
+        if let Some((j, data, sc)) = last.as_mut() {
             if *j == i {
-                return (a.clone(), b.clone());
+                if let Some(v) = if scales { sc.take() } else { data.take() } {
+                    return v;
+                }
             }
         }
-        let (a, b) = match self.specs[i].kind {
+        let (data, sc) = match self.specs[i].kind {
             Kind::Fp8 { .. } => {
                 let d = self.synth.fp8(&self.specs[i]);
                 (d.codes, d.scales)
@@ -164,21 +172,16 @@ impl<'a> Producer<'a> {
             }
             _ => unreachable!(),
         };
-        *self.last.borrow_mut() = Some((i, a.clone(), b.clone()));
-        (a, b)
+        let (give, keep) = if scales { (sc, (Some(data), None)) } else { (data, (None, Some(sc))) };
+        *last = Some((i, keep.0, keep.1));
+        give
     }
 
     fn produce(&self, src: &Source) -> Vec<u8> {
         match src {
-            Source::QuantData(i) => self.quant(*i).0,
-            Source::QuantScales(i) => self.quant(*i).1,
-            Source::Dense(i) => {
-                let v = self.synth.dense_values(&self.specs[*i]);
-                match self.specs[*i].kind {
-                    Kind::Bf16 { .. } => to_bf16_bytes(&v),
-                    _ => to_f32_bytes(&v),
-                }
-            }
+            Source::QuantData(i) => self.quant(*i, false),
+            Source::QuantScales(i) => self.quant(*i, true),
+            Source::Dense(i) => self.synth.dense_bytes(&self.specs[*i]),
             Source::DenseF32(i) => to_f32_bytes(&self.synth.dense_values(&self.specs[*i])),
             Source::AsBf16(i) => to_bf16_bytes(&self.synth.values(&self.specs[*i])),
             Source::Ids(i, dt) => {
