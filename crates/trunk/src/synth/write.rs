@@ -172,8 +172,8 @@ impl<'a> Producer<'a> {
             }
             _ => unreachable!(),
         };
-        let (give, keep) = if scales { (sc, (Some(data), None)) } else { (data, (None, Some(sc))) };
-        *last = Some((i, keep.0, keep.1));
+        let (give, left) = if scales { (sc, (i, Some(data), None)) } else { (data, (i, None, Some(sc))) };
+        *last = Some(left);
         give
     }
 
