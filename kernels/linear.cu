@@ -349,10 +349,9 @@ __device__ __forceinline__ void linear_rows_fmt(const Mat& w, const Mat& w2, int
     int j0 = (blockIdx.x * warps + (threadIdx.x >> 5)) * NR;
     const bool scaled = w.scaled != 0;
     RowRef rows[NR];
-    // this warp's weight ring, after the staged row (gpu/products.rs `decode_block` sizes both)
-    const int E = Fmt<FMT>::E;
-    uint4* ring = (uint4*)(xs + (size_t)(w.cols / E) * (E + 2)) + (threadIdx.x >> 5) * (SMEM_RING_WARP_BYTES(NR) / 16);
-    const int nch = w.cols / E;
+    // this warp's weight ring, after the staged row of nch chunks (gpu/products.rs `decode_block` sizes both)
+    const int E = Fmt<FMT>::E, nch = w.cols / E;
+    uint4* ring = (uint4*)(xs + (size_t)nch * (E + 2)) + (threadIdx.x >> 5) * (SMEM_RING_WARP_BYTES(NR) / 16);
     auto refs = [&](int j0) {
         #pragma unroll
         for (int r = 0; r < NR; r++) {
