@@ -16,18 +16,19 @@
 // grid (n, key groups), block 256: warp w takes heads 8w .. 8w+7 (their
 // query values in registers as f64, loaded once) and block y the groups of
 // IDX_KB keys y, y + gridDim.y, ...; the block stages each group's keys in
-// shared memory (one float4 a thread, the next group's loading while this
-// one is scored). Each dot is a lane-strided f64 sum and the fixed
-// butterfly (here as a reduce-scatter: the same pairs in the same order,
-// leaving head 4 b4 + 2 b3 + b2 of the lane's bits on the lane); the total
-// adds the heads' terms in head order. di % 4 == 0 (checked by the host).
+// shared memory as f64, converted once there (one float4 a thread, the next
+// group's loading while this one is scored; a warp converting each value
+// it reads would convert each one 8 times, at a quarter of the FMA rate).
+// Each dot is a lane-strided f64 sum and the fixed butterfly (here as a
+// reduce-scatter: the same pairs in the same order, leaving head
+// 4 b4 + 2 b3 + b2 of the lane's bits on the lane); the total adds the
+// heads' terms in head order. di % 4 == 0 (checked by the host).
 extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores(const float* __restrict__ q, const float* __restrict__ w,
                                           const float* __restrict__ keys, int heads, int di, int ratio, int t0,
                                           int max_entries, float heads_sqrt, double* __restrict__ scores) {
     await_inputs();
     __shared__ double terms[IDX_KB][IDX_HEADS];
-    __shared__ float4 staged[IDX_KB * IDX_KM * 8];  // IDX_KB keys of up to 32 * IDX_KM values
-    const float* ks = (const float*)staged;
+    __shared__ double ks[IDX_KB * IDX_KM * 32];  // IDX_KB keys of up to 32 * IDX_KM values
     const int t = blockIdx.x;
     const int p = t0 + t;
     const int visible = (p + 1) / ratio;
@@ -57,21 +58,25 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores(const float*
     for (int s0 = blockIdx.y * IDX_KB; s0 < visible; s0 += step) {
         const int nk = min(IDX_KB, visible - s0);
         __syncthreads();  // the last group's keys and terms are read
-        if (threadIdx.x < IDX_KB * IDX_KM * 8) staged[threadIdx.x] = next;
+        if (threadIdx.x < IDX_KB * IDX_KM * 8) {
+            double2* at = (double2*)(ks + 4 * threadIdx.x);
+            at[0] = make_double2((double)next.x, (double)next.y);
+            at[1] = make_double2((double)next.z, (double)next.w);
+        }
         __syncthreads();
         next = fetch(s0 + step);
         if (on) {
             for (int k = 0; k < nk; k++) {
-                float kv[IDX_KM];
+                double kv[IDX_KM];
                 #pragma unroll
-                for (int m = 0; m < IDX_KM; m++) kv[m] = lane + 32 * m < di ? ks[k * di + lane + 32 * m] : 0.0f;
+                for (int m = 0; m < IDX_KM; m++) kv[m] = lane + 32 * m < di ? ks[k * di + lane + 32 * m] : 0.0;
                 double d[8];
                 #pragma unroll
                 for (int u = 0; u < 8; u++) {
                     double acc = 0.0;
                     #pragma unroll
                     for (int m = 0; m < IDX_KM; m++)
-                        if (lane + 32 * m < di) acc = fma(qd[u][m], (double)kv[m], acc);
+                        if (lane + 32 * m < di) acc = fma(qd[u][m], kv[m], acc);
                     d[u] = acc;
                 }
                 // butterfly pairs (l, l ^ o), o = 16, 8, 4, then 2, 1 on the one left
