@@ -5,9 +5,11 @@
 //   in f64, heads in order; scores[t * max_entries + s].
 // indexer_topk: the topk best visible entries, ascending indices, ties to
 //   the lower index; -1 pads. The topk-th largest score is found by a radix
-//   select on order-preserving 64-bit keys (eight passes of one byte each,
-//   counting into a shared histogram), then each thread writes its share at
-//   offsets from block prefix sums. grid (n), block 1024.
+//   select on order-preserving 64-bit keys (up to eight passes of one byte
+//   each, counting into a shared histogram; it stops early once every key
+//   left in the chosen byte's bin is selected, and the keys are then compared
+//   on the bytes found), then each thread writes its share at offsets from
+//   block prefix sums. grid (n), block 1024.
 
 #define IDX_KM 4    // key values per lane: index_head_dim <= 32 * IDX_KM (checked by the host)
 #define IDX_KB 8    // keys per block
@@ -160,19 +162,28 @@ __device__ __forceinline__ int block_scan_int(int v, int* red) {
 // of them in `cached`, this thread's) whose bits under `mask` equal
 // `prefix`, the byte at `shift` of the need-th largest: returns it and sets
 // *need to that key's rank among the keys that share the byte (all
-// threads; hist holds 256 ints of shared memory, pick two). Counts are
-// integers, so the histogram's atomic order does not matter; lanes with
-// the same byte add once (match_any).
+// threads; hist holds 256 ints of shared memory, pick three: the byte, the
+// rank, and whether that rank is the bin's whole count, so that every key
+// sharing the bytes found so far is selected). Counts are integers, so the
+// histogram's atomic order does not matter; a warp whose candidates all
+// share one byte adds once, others add a candidate at a time.
 __device__ __forceinline__ int select_byte(const double* __restrict__ sc, const u64* cached, int visible, u64 mask,
-                                           u64 prefix, int shift, int* need, int* hist, int* pick) {
+                                           u64 prefix, int shift, int* need, bool* whole, int* hist, int* pick) {
     const int lane = threadIdx.x & 31;
     for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
     __syncthreads();
     auto count = [&](int s, u64 k) {  // every lane of the warp, for entry s (key k where s < visible)
-        int bin = 256;                // not a candidate
-        if (s < visible && (k & mask) == prefix) bin = (int)((k >> shift) & 255);
-        const unsigned peers = __match_any_sync(0xffffffffu, bin);
-        if (bin < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+        const bool cand = s < visible && (k & mask) == prefix;
+        const int bin = (int)((k >> shift) & 255);
+        const unsigned lanes = __ballot_sync(0xffffffffu, cand);
+        if (lanes == 0) return;
+        const int first = __ffs(lanes) - 1;
+        const int b0 = __shfl_sync(0xffffffffu, bin, first);
+        if (__all_sync(0xffffffffu, !cand || bin == b0)) {
+            if (lane == first) atomicAdd(&hist[b0], __popc(lanes));
+        } else if (cand) {
+            atomicAdd(&hist[bin], 1);
+        }
     };
     #pragma unroll
     for (int u = 0; u < TOPK_CACHED; u++) count(u * blockDim.x + threadIdx.x, cached[u]);
@@ -198,6 +209,7 @@ __device__ __forceinline__ int select_byte(const double* __restrict__ sc, const 
                 if (above < want && want <= above + c[u]) {
                     pick[0] = 255 - 8 * lane - u;
                     pick[1] = want - above;
+                    pick[2] = want - above == c[u];
                 }
                 above += c[u];
             }
@@ -205,6 +217,7 @@ __device__ __forceinline__ int select_byte(const double* __restrict__ sc, const 
     }
     __syncthreads();
     *need = pick[1];
+    *whole = pick[2];
     return pick[0];
 }
 
@@ -214,7 +227,7 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk(const double* __
     await_inputs();
     __shared__ int red[32];
     __shared__ int hist[256];
-    __shared__ int pick[2];
+    __shared__ int pick[3];
     const int t = blockIdx.x;
     const int p = t0 + t;
     const int visible = (p + 1) / ratio;
@@ -224,7 +237,8 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk(const double* __
         for (int j = threadIdx.x; j < topk; j += blockDim.x) out[j] = j < visible ? j : -1;
         return;
     }
-    // T: the topk-th largest key (the largest T with count(key >= T) >= topk), a byte at a time
+    // T: the topk-th largest key (the largest T with count(key >= T) >= topk), a byte at a time, or its
+    // bytes under `mask` once every key that shares them is selected (then keys compare under `mask`)
     u64 cached[TOPK_CACHED];
     #pragma unroll
     for (int u = 0; u < TOPK_CACHED; u++) {
@@ -234,15 +248,17 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk(const double* __
     u64 T = 0, mask = 0;
     int need = topk;
     for (int shift = 56; shift >= 0; shift -= 8) {
-        T |= (u64)select_byte(sc, cached, visible, mask, T, shift, &need, hist, pick) << shift;
+        bool whole;
+        T |= (u64)select_byte(sc, cached, visible, mask, T, shift, &need, &whole, hist, pick) << shift;
         mask |= 255ull << shift;
+        if (whole) break;
     }
     // entries above T, then ties at T by ascending index, up to topk; in index order
     const int per = (visible + blockDim.x - 1) / blockDim.x;
     const int lo = min(visible, (int)threadIdx.x * per), hi = min(visible, lo + per);
     int gt = 0, eq = 0;
     for (int s = lo; s < hi; s++) {
-        const u64 k = order_key(sc[s]);
+        const u64 k = order_key(sc[s]) & mask;
         gt += k > T;
         eq += k == T;
     }
@@ -251,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(1024) indexer_topk(const double* __
     int o = block_scan_int(gt + ties, red);
     int taken = 0;
     for (int s = lo; s < hi; s++) {
-        const u64 k = order_key(sc[s]);
+        const u64 k = order_key(sc[s]) & mask;
         if (k > T) out[o++] = s;
         else if (k == T && taken < ties) {
             out[o++] = s;

@@ -576,8 +576,16 @@ mod tests {
     /// l's eight bins bin(l, 0) .. bin(l, 7) (the kernel's: 255 - 8l - u,
     /// from the top), `above` the count in the earlier lanes' bins (the
     /// lanes' exclusive scan), then the bin within the lane where the
-    /// need-th largest falls.
-    fn radix_threshold(keys: &[u64], topk: usize, bin: impl Fn(usize, usize) -> usize) -> u64 {
+    /// need-th largest falls. It stops after a byte where `stop(whole)`
+    /// holds, `whole` being whether that rank is the bin's whole count (every
+    /// key sharing the bytes found is selected): the kernel stops on `whole`.
+    /// Returns the threshold and the mask of the bytes found.
+    fn radix_threshold(
+        keys: &[u64],
+        topk: usize,
+        bin: impl Fn(usize, usize) -> usize,
+        stop: impl Fn(bool) -> bool,
+    ) -> (u64, u64) {
         let (mut prefix, mut mask, mut need) = (0u64, 0u64, topk);
         for shift in (0..8).rev().map(|b| 8 * b) {
             let mut hist = [0usize; 256];
@@ -593,19 +601,33 @@ mod tests {
                     for u in 0..8 {
                         let c = hist[bin(l, u)];
                         if a < need && need <= a + c {
-                            pick = Some((bin(l, u), need - a));
+                            pick = Some((bin(l, u), need - a, need - a == c));
                         }
                         a += c;
                     }
                 }
                 above = inc;
             }
-            let (b, rank) = pick.expect("the need-th largest lies in some bin");
+            let (b, rank, whole) = pick.expect("the need-th largest lies in some bin");
             prefix |= (b as u64) << shift;
             mask |= 255 << shift;
             need = rank;
+            if stop(whole) {
+                break;
+            }
         }
-        prefix
+        (prefix, mask)
+    }
+
+    /// The kernel's selection from T under `mask`: every key above it, then
+    /// ties at T by index, up to topk; in index order.
+    fn select_from(keys: &[u64], topk: usize, t: u64, mask: u64) -> Vec<usize> {
+        let n = keys.len();
+        let above: Vec<usize> = (0..n).filter(|&s| keys[s] & mask > t).collect();
+        let ties = (0..n).filter(|&s| keys[s] & mask == t).take(topk - above.len());
+        let mut sel: Vec<usize> = above.iter().copied().chain(ties).collect();
+        sel.sort_unstable();
+        sel
     }
 
     /// The kernel's bin order: from the top.
@@ -629,6 +651,7 @@ mod tests {
     #[test]
     fn indexer_radix_select_finds_the_topk_threshold() {
         let mut rng = Rng::new(11, "radix_select", 0);
+        let (mut stopped, mut always_wrong) = (0, 0);
         for case in 0..400 {
             let n = 2 + rng.below(600) as usize;
             let topk = 1 + rng.below(n as u64 - 1) as usize;
@@ -642,15 +665,20 @@ mod tests {
                 })
                 .collect();
             let keys: Vec<u64> = scores.iter().map(|&s| order_key(s)).collect();
-            let t = radix_threshold(&keys, topk, from_top);
-            assert_eq!(t, bitwise_threshold(&keys, topk), "case {case}: n {n} topk {topk}");
-            // the kernel's selection from T: every key above it, then ties at T by index
-            let above: Vec<usize> = (0..n).filter(|&s| keys[s] > t).collect();
-            let ties = (0..n).filter(|&s| keys[s] == t).take(topk - above.len());
-            let mut sel: Vec<usize> = above.iter().copied().chain(ties).collect();
-            sel.sort_unstable();
-            assert_eq!(sel, crate::cpu::ops::indexer::top_k(&scores, topk), "case {case}");
+            let (t, mask) = radix_threshold(&keys, topk, from_top, |_| false);
+            assert_eq!((t, mask), (bitwise_threshold(&keys, topk), u64::MAX), "case {case}: n {n} topk {topk}");
+            let want = crate::cpu::ops::indexer::top_k(&scores, topk);
+            assert_eq!(select_from(&keys, topk, t, mask), want, "case {case}");
+            // stopping once the bin is wholly selected selects the same entries
+            let (te, me) = radix_threshold(&keys, topk, from_top, |whole| whole);
+            assert_eq!(te, t & me, "case {case}");
+            assert_eq!(select_from(&keys, topk, te, me), want, "case {case}: stopped early");
+            stopped += usize::from(me != u64::MAX);
+            // stopping after the first byte whatever its bin holds does not
+            let (ta, ma) = radix_threshold(&keys, topk, from_top, |_| true);
+            always_wrong += usize::from(select_from(&keys, topk, ta, ma) != want);
         }
+        assert!(stopped > 100 && always_wrong > 100, "stopped early {stopped}, wrong when always stopping {always_wrong}");
     }
 
     #[test]
@@ -658,7 +686,7 @@ mod tests {
         // the same passes counting from the smallest byte find another threshold
         let scores: Vec<f64> = (0..100).map(|i| i as f64 * 0.5).collect();
         let keys: Vec<u64> = scores.iter().map(|&s| order_key(s)).collect();
-        assert_eq!(radix_threshold(&keys, 10, from_top), bitwise_threshold(&keys, 10));
-        assert_ne!(radix_threshold(&keys, 10, |l, u| 8 * l + u), bitwise_threshold(&keys, 10));
+        assert_eq!(radix_threshold(&keys, 10, from_top, |_| false).0, bitwise_threshold(&keys, 10));
+        assert_ne!(radix_threshold(&keys, 10, |l, u| 8 * l + u, |_| false).0, bitwise_threshold(&keys, 10));
     }
 }
