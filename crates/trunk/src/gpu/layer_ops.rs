@@ -678,7 +678,10 @@ mod tests {
             let (ta, ma) = radix_threshold(&keys, topk, from_top, |_| true);
             always_wrong += usize::from(select_from(&keys, topk, ta, ma) != want);
         }
-        assert!(stopped > 100 && always_wrong > 100, "stopped early {stopped}, wrong when always stopping {always_wrong}");
+        assert!(
+            stopped > 100 && always_wrong > 100,
+            "stopped early {stopped}, wrong when always stopping {always_wrong}"
+        );
     }
 
     #[test]
