@@ -30,7 +30,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores(const float*
                                           int max_entries, float heads_sqrt, double* __restrict__ scores) {
     await_inputs();
     __shared__ double terms[IDX_KB][IDX_HEADS];
-    __shared__ double ks[IDX_KB * IDX_KM * 32];  // IDX_KB keys of up to 32 * IDX_KM values
+    __shared__ __align__(16) double ks[IDX_KB * IDX_KM * 32];  // IDX_KB keys of up to 32 * IDX_KM values (double2 stores)
     const int t = blockIdx.x;
     const int p = t0 + t;
     const int visible = (p + 1) / ratio;
