@@ -155,9 +155,10 @@ fn decode_block(
     sm_count: usize,
     mut held: impl FnMut(usize, usize) -> Result<usize>,
 ) -> Result<(usize, usize)> {
-    let mut best = (DECODE_WARPS, row + DECODE_WARPS * ring_smem(rpw), 0);
+    let smem_of = |warps: usize| row + warps * ring_smem(rpw);
+    let mut best = (DECODE_WARPS, smem_of(DECODE_WARPS), 0);
     for warps in [DECODE_WARPS, 2 * DECODE_WARPS, 4 * DECODE_WARPS] {
-        let smem = row + warps * ring_smem(rpw);
+        let smem = smem_of(warps);
         if smem > DECODE_SMEM_MAX || rows.div_ceil(warps * rpw) < sm_count {
             continue;
         }

@@ -229,50 +229,64 @@ impl Synth {
         });
     }
 
+    /// A dense (BF16/F32) tensor drawn a chunk of rows at a time into
+    /// `per_value` items of `T` a value: `f(values, out)` writes a chunk's
+    /// values, given whether the tensor is BF16. `what` names the caller in
+    /// the panic for other kinds.
+    fn dense<T: Copy + Default + Send + Sync>(
+        &self,
+        spec: &Spec,
+        what: &str,
+        per_value: impl Fn(bool) -> usize,
+        f: impl Fn(bool, &[f32], &mut [T]) + Sync + Send,
+    ) -> Vec<T> {
+        let (Kind::Bf16 { shape, mean, std } | Kind::F32 { shape, mean, std }) = &spec.kind else {
+            panic!("{what} on {:?}", spec.kind)
+        };
+        let bf16 = matches!(spec.kind, Kind::Bf16 { .. });
+        let cols = *shape.last().unwrap();
+        let rows: usize = shape[..shape.len() - 1].iter().product();
+        let width = per_value(bf16);
+        let mut out = vec![T::default(); rows * cols * width];
+        let chunks = out.par_chunks_mut(128 * cols * width);
+        self.by_row_chunks(&spec.canonical, (rows, cols), (*mean, *std), chunks, |v, o| f(bf16, v, o));
+        out
+    }
+
     /// Values of a dense (BF16/F32) tensor as f32 (BF16 ones already rounded).
     pub fn dense_values(&self, spec: &Spec) -> Vec<f32> {
-        match &spec.kind {
-            Kind::Bf16 { shape, mean, std } | Kind::F32 { shape, mean, std } => {
-                let cols = *shape.last().unwrap();
-                let rows: usize = shape[..shape.len() - 1].iter().product();
-                let bf16 = matches!(spec.kind, Kind::Bf16 { .. });
-                let mut v = vec![0.0f32; rows * cols];
-                let chunks = v.par_chunks_mut(128 * cols);
-                self.by_row_chunks(&spec.canonical, (rows, cols), (*mean, *std), chunks, |vals, o| {
-                    for (x, y) in vals.iter().zip(o.iter_mut()) {
-                        *y = if bf16 { bf16_to_f32(f32_to_bf16(*x)) } else { *x };
-                    }
-                });
-                v
-            }
-            _ => panic!("dense_values on {:?}", spec.kind),
-        }
+        self.dense(
+            spec,
+            "dense_values",
+            |_| 1,
+            |bf16, v, o| {
+                for (x, y) in v.iter().zip(o.iter_mut()) {
+                    *y = if bf16 { bf16_to_f32(f32_to_bf16(*x)) } else { *x };
+                }
+            },
+        )
     }
 
     /// The little-endian bytes of a dense tensor in its own dtype (BF16 or
     /// F32): `to_bf16_bytes` / `to_f32_bytes` of `dense_values`, drawn a
     /// chunk of rows at a time.
     pub fn dense_bytes(&self, spec: &Spec) -> Vec<u8> {
-        let (Kind::Bf16 { shape, mean, std } | Kind::F32 { shape, mean, std }) = &spec.kind else {
-            panic!("dense_bytes on {:?}", spec.kind)
-        };
-        let cols = *shape.last().unwrap();
-        let rows: usize = shape[..shape.len() - 1].iter().product();
-        let width = if matches!(spec.kind, Kind::Bf16 { .. }) { 2 } else { 4 };
-        let mut out = vec![0u8; rows * cols * width];
-        let chunks = out.par_chunks_mut(128 * cols * width);
-        self.by_row_chunks(&spec.canonical, (rows, cols), (*mean, *std), chunks, |v, o| {
-            if width == 2 {
-                for (x, b) in v.iter().zip(o.chunks_exact_mut(2)) {
-                    b.copy_from_slice(&f32_to_bf16(*x).to_le_bytes());
+        self.dense(
+            spec,
+            "dense_bytes",
+            |bf16| if bf16 { 2 } else { 4 },
+            |bf16, v, o| {
+                if bf16 {
+                    for (x, b) in v.iter().zip(o.chunks_exact_mut(2)) {
+                        b.copy_from_slice(&f32_to_bf16(*x).to_le_bytes());
+                    }
+                } else {
+                    for (x, b) in v.iter().zip(o.chunks_exact_mut(4)) {
+                        b.copy_from_slice(&x.to_le_bytes());
+                    }
                 }
-            } else {
-                for (x, b) in v.iter().zip(o.chunks_exact_mut(4)) {
-                    b.copy_from_slice(&x.to_le_bytes());
-                }
-            }
-        });
-        out
+            },
+        )
     }
 
     pub fn fp8(&self, spec: &Spec) -> Fp8Data {
