@@ -207,18 +207,26 @@ template <> struct Code<FMT_FP4> { static const int P = 1022; };
 // 2^e as an f64 (-1022 <= e <= 1023).
 __device__ __forceinline__ double pow2d(int e) { return __hiloint2double((e + 1023) << 20, 0); }
 
+// Code `pos` of a 32-bit word of FP4 nibbles or FP8 bytes (the lowest
+// first) as value * 2^-P; `pos` need not be known at compile time (the
+// tensor-core products, rows.cuh `mma_tile_dots`).
+template <int FMT>
+__device__ __forceinline__ double word_code_value(u32 word, int pos) {
+    if (FMT == FMT_FP4) {  // nibble to the top, then S.EE.M to bits 31, 21..19
+        const int t = (int)(word << (28 - 4 * pos));
+        return __hiloint2double((int)((u32)(t >> 9) & 0x80380000u), 0);
+    }
+    // FMT_FP8: byte to the top, then S.EEEE.MMM to bits 31, 23..17
+    const int t = (int)(word << (24 - 8 * pos));
+    return __hiloint2double((int)((u32)(t >> 7) & 0x80FE0000u), 0);
+}
+
 // Value j of a chunk as value * 2^-P.
 template <int FMT>
 __device__ __forceinline__ double code_value(const uint4& c, int j) {
     const u32 v[4] = {c.x, c.y, c.z, c.w};
-    if (FMT == FMT_FP4) {  // nibble to the top, then S.EE.M to bits 31, 21..19
-        const int t = (int)(v[j >> 3] << (28 - 4 * (j & 7)));
-        return __hiloint2double((int)((u32)(t >> 9) & 0x80380000u), 0);
-    }
-    if (FMT == FMT_FP8) {  // byte to the top, then S.EEEE.MMM to bits 31, 23..17
-        const int t = (int)(v[j >> 2] << (24 - 8 * (j & 3)));
-        return __hiloint2double((int)((u32)(t >> 7) & 0x80FE0000u), 0);
-    }
+    if (FMT == FMT_FP4) return word_code_value<FMT_FP4>(v[j >> 3], j & 7);
+    if (FMT == FMT_FP8) return word_code_value<FMT_FP8>(v[j >> 2], j & 3);
     if (FMT == FMT_BF16) {  // half to the top, then S.E8.M7 to bits 31, 27..13
         const int t = (int)((j & 1) ? v[j >> 1] : v[j >> 1] << 16);
         return __hiloint2double((int)((u32)(t >> 3) & 0x8FFFE000u), 0);

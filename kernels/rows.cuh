@@ -308,3 +308,201 @@ __device__ __forceinline__ bool staged_row_dots(const RowRef* rows, bool active,
     else warp_dot_rows<FMT, ND, false>(rows, cols, xs, buf, acc);
     return true;
 }
+
+// ---- The prefill's scaled-code products on the FP64 tensor cores ----
+// One `mma.sync.aligned.m16n8k16.row.col.f64` computes each of its 16 x 8
+// outputs d[m][n] as fma(a[m][15], b[15][n], ... fma(a[m][0], b[0][n],
+// c[m][n])): the chain of f64 fmas over k in order from c, bit for bit
+// (measured on the H200 over more than 10^6 outputs of each of the m8n8k4,
+// m16n8k4, m16n8k8 and m16n8k16 shapes, 53-bit, f32, cancelling and
+// subnormal operands included; docs/results/prepared_session25, perf.md
+// "The gap", item 6), at twice the FP64 pipes' multiply-adds a second.
+// add_chunk's partial of a chunk is that chain from zero over the chunk's
+// values in column order, so one instruction (two for FP4's 32 values)
+// gives 16 rows' partials of a chunk for 8 tokens with add_chunk's bits.
+// The rest of warp_dot_rows_tokens' order stays: lane l's sum is the chain
+// of fma(partial, factor, sum) over chunks l, l + 32, ... (a "leaf" here,
+// its chunks walked in order), and the 32 leaves are added in warp_sum's
+// tree. The warp walks the leaves in bit-reversed order (0, 16, 8, 24, 4,
+// ...), so that each of the tree's additions has both operands when its
+// second leaf completes: a stack of subtrees (mma_pair_push).
+
+// Tokens and rows of a tile (the mma's n and m; gpu/products.rs `MMA_TOKENS`, `MMA_ROWS`).
+#define MMA_TOKENS 8
+#define MMA_ROWS 16
+// Steps (one chunk of two leaves) each thread keeps loading ahead of the sums.
+#define MMA_AHEAD 2
+
+// Floats between two staged tokens: the row and 16 of padding, so that a
+// tile's 8 tokens' 16-byte reads of one slab take 4 wavefronts, the fewest.
+__device__ __forceinline__ int mma_stride(int cols) { return cols + 16; }
+
+// Stage MMA_TOKENS rows of `cols` f32 values (cols a multiple of 16, rows
+// 16-byte aligned; token t's row at row(t), the last again past nt) for
+// mma_tile_dots: token t at xs + t * mma_stride(cols), value j of each 16
+// at position (j % 4) * 4 + j / 4 of its 16, so that a thread's B fragment
+// (values q, q + 4, q + 8, q + 12 of a slab) is one 16-byte read. Every
+// thread of the block, then the barrier.
+template <class Row>
+__device__ __forceinline__ void stage_mma_tokens(Row row, int cols, int nt, float* xs) {
+    const int slabs = cols >> 4, stride = mma_stride(cols);
+    for (int i = threadIdx.x; i < MMA_TOKENS * slabs; i += blockDim.x) {
+        const int t = i / slabs, s = i - t * slabs;
+        const float4* src = (const float4*)(row(min(t, nt - 1)) + 16 * s);
+        const float4 v0 = src[0], v1 = src[1], v2 = src[2], v3 = src[3];
+        float4* dst = (float4*)(xs + (size_t)t * stride + 16 * s);
+        dst[0] = make_float4(v0.x, v1.x, v2.x, v3.x);
+        dst[1] = make_float4(v0.y, v1.y, v2.y, v3.y);
+        dst[2] = make_float4(v0.z, v1.z, v2.z, v3.z);
+        dst[3] = make_float4(v0.w, v1.w, v2.w, v3.w);
+    }
+    __syncthreads();
+}
+
+// d = a . b + d for one 16 x 8 x 16 tile (PTX fragments: thread (g, q) =
+// (lane / 4, lane % 4) holds a[i] = A[g + 8 (i % 2)][q + 4 (i / 2)],
+// b[i] = B[q + 4 i][g] and d[i] = D[g + 8 (i / 2)][2 q + i % 2]).
+__device__ __forceinline__ void mma_k16(double (&d)[4], const double (&a)[8], const double (&b)[4]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7,%8,%9,%10,%11}, "
+        "{%12,%13,%14,%15}, {%0,%1,%2,%3};"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]),
+          "d"(b[1]), "d"(b[2]), "d"(b[3]));
+}
+
+// Leaf pair m's sums x (leaves 2 m and 2 m + 1 already added: warp_sum's
+// first pair, lanes v and v + 16) onto the stack of complete subtrees, in
+// shared memory (this thread's level l value i at st[(4 l + i) * stride]):
+// level l holds the sum of 2^l pairs; each 1 bit of m from the lowest up
+// adds the level's subtree and x (warp_sum's pair: the lanes differ in bit
+// 3 - l), the first 0 bit stores x there. After pair 15, x is the whole
+// tree.
+__device__ __forceinline__ void mma_pair_push(double* st, int stride, double (&x)[4], int m) {
+    bool stored = false;
+    #pragma unroll
+    for (int lvl = 0; lvl < 4; lvl++) {
+        const bool add = !stored && ((m >> lvl) & 1) != 0;
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if (add) x[i] = st[(4 * lvl + i) * stride] + x[i];
+            else if (!stored) st[(4 * lvl + i) * stride] = x[i];
+        }
+        stored = stored || !add;
+    }
+}
+
+// One warp's tile of 16 scaled-code rows (FP8 or FP4, cols / E a multiple
+// of 32) and the 8 staged tokens (stage_mma_tokens, unscaled: each value is
+// scaled by 2^(P - 127) here, as stage_row scales it): this thread's rows
+// lo and hi are g and g + 8 of the tile, and out[i] is row g + 8 (i / 2)'s
+// sum with token 2 q + i % 2, with warp_dot_rows_tokens' bits.
+// One chunk's partials for the tile's two rows of this thread (chunks cl
+// and ch, chunk index ci): p = the 16 rows' chains over the chunk's values
+// from zero, for the 8 tokens.
+template <int FMT>
+__device__ __forceinline__ void mma_chunk(const uint4& cl, const uint4& ch, int ci, const float* xg, double xscale,
+                                          double (&p)[4]) {
+    const int S = Fmt<FMT>::E / 16, q = threadIdx.x & 3;
+    const u32 wl[4] = {cl.x, cl.y, cl.z, cl.w}, wh[4] = {ch.x, ch.y, ch.z, ch.w};
+    #pragma unroll
+    for (int i = 0; i < 4; i++) p[i] = 0.0;
+    #pragma unroll
+    for (int h = 0; h < S; h++) {
+        const float4 xv = *(const float4*)(xg + (ci * S + h) * 16);
+        const double b[4] = {(double)xv.x * xscale, (double)xv.y * xscale, (double)xv.z * xscale,
+                             (double)xv.w * xscale};
+        double a[8];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {  // value 16 h + q + 4 i of the chunk
+            if (FMT == FMT_FP8) {
+                a[2 * i] = word_code_value<FMT_FP8>(wl[i], q);
+                a[2 * i + 1] = word_code_value<FMT_FP8>(wh[i], q);
+            } else {
+                a[2 * i] = word_code_value<FMT_FP4>(wl[2 * h + (i >> 1)], q + 4 * (i & 1));
+                a[2 * i + 1] = word_code_value<FMT_FP4>(wh[2 * h + (i >> 1)], q + 4 * (i & 1));
+            }
+        }
+        mma_k16(p, a, b);
+    }
+}
+
+// The tile's sums with K chunks a leaf (mma_tile_dots). Leaves go in
+// pairs (2 m, 2 m + 1: lanes v and v + 16), their chunks side by side, so
+// that each step has two independent instructions; the ring holds
+// MMA_AHEAD steps of the pair's four chunks (rows lo and hi of each leaf),
+// each loaded MMA_AHEAD - 1 steps before its sums. The k loop is unrolled
+// whole, and the pairs' loop U times, so that every slot is known at
+// compile time.
+template <int FMT, int K>
+__device__ __forceinline__ void mma_tile_dots_k(const RowRef& lo, const RowRef& hi, const float* xg, double xscale,
+                                                double* st, double (&out)[4]) {
+    const int U = K >= MMA_AHEAD ? 1 : MMA_AHEAD / K;  // pairs an unrolled round
+    uint4 ring[MMA_AHEAD][4];
+    int lm = 0, lk = 0;  // the next step to load: pair lm's lk-th chunks
+    auto load = [&](uint4 (&c)[4]) {
+        const int ci = (__brev(2 * lm) >> 27) + 32 * lk;
+        const bool in = lm < 16;
+        c[0] = in ? lo.chunks[ci] : make_uint4(0, 0, 0, 0);
+        c[1] = in ? hi.chunks[ci] : make_uint4(0, 0, 0, 0);
+        c[2] = in ? lo.chunks[ci + 16] : make_uint4(0, 0, 0, 0);
+        c[3] = in ? hi.chunks[ci + 16] : make_uint4(0, 0, 0, 0);
+        if (++lk == K) lk = 0, lm++;
+    };
+    #pragma unroll
+    for (int d = 0; d + 1 < MMA_AHEAD; d++) load(ring[d]);
+    for (int m0 = 0; m0 < 16; m0 += U) {
+        #pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int m = m0 + u, v = __brev(2 * m) >> 27;
+            double a0[4] = {0.0, 0.0, 0.0, 0.0}, a1[4] = {0.0, 0.0, 0.0, 0.0};
+            #pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int slot = (u * K + k) % MMA_AHEAD;
+                load(ring[(slot + MMA_AHEAD - 1) % MMA_AHEAD]);
+                const int ci = v + 32 * k;
+                double p0[4], p1[4];
+                mma_chunk<FMT>(ring[slot][0], ring[slot][1], ci, xg, xscale, p0);
+                mma_chunk<FMT>(ring[slot][2], ring[slot][3], ci + 16, xg, xscale, p1);
+                const double f0l = chunk_factor<FMT>(lo, ci), f0h = chunk_factor<FMT>(hi, ci);
+                const double f1l = chunk_factor<FMT>(lo, ci + 16), f1h = chunk_factor<FMT>(hi, ci + 16);
+                a0[0] = fma(p0[0], f0l, a0[0]);
+                a0[1] = fma(p0[1], f0l, a0[1]);
+                a0[2] = fma(p0[2], f0h, a0[2]);
+                a0[3] = fma(p0[3], f0h, a0[3]);
+                a1[0] = fma(p1[0], f1l, a1[0]);
+                a1[1] = fma(p1[1], f1l, a1[1]);
+                a1[2] = fma(p1[2], f1h, a1[2]);
+                a1[3] = fma(p1[3], f1h, a1[3]);
+            }
+            #pragma unroll
+            for (int i = 0; i < 4; i++) a0[i] = a0[i] + a1[i];
+            mma_pair_push(st, blockDim.x, a0, m);
+            if (m == 15) {
+                #pragma unroll
+                for (int i = 0; i < 4; i++) out[i] = a0[i];
+            }
+        }
+    }
+}
+
+// One warp's tile of 16 scaled-code rows (FP8 or FP4; cols / E 32 times
+// 1, 2, 4, 8 or 16: the chunks a lane, gpu/products.rs `mma_smem`) and the
+// 8 staged tokens (stage_mma_tokens, unscaled: each value is scaled by
+// 2^(P - 127) here, as stage_row scales it): this thread's rows lo and hi
+// are g and g + 8 of the tile, st its stack (mma_pair_push; blockDim.x
+// doubles apart), and out[i] is row g + 8 (i / 2)'s sum with token
+// 2 q + i % 2, with warp_dot_rows_tokens' bits.
+template <int FMT>
+__device__ __forceinline__ void mma_tile_dots(const RowRef& lo, const RowRef& hi, int cols, const float* xs,
+                                              double* st, double (&out)[4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const double xscale = pow2d(Code<FMT>::P - 127);
+    const float* xg = xs + (size_t)g * mma_stride(cols) + 4 * q;
+    switch (cols / Fmt<FMT>::E / 32) {
+        case 1: mma_tile_dots_k<FMT, 1>(lo, hi, xg, xscale, st, out); break;
+        case 2: mma_tile_dots_k<FMT, 2>(lo, hi, xg, xscale, st, out); break;
+        case 4: mma_tile_dots_k<FMT, 4>(lo, hi, xg, xscale, st, out); break;
+        case 8: mma_tile_dots_k<FMT, 8>(lo, hi, xg, xscale, st, out); break;
+        default: mma_tile_dots_k<FMT, 16>(lo, hi, xg, xscale, st, out); break;
+    }
+}

@@ -53,7 +53,7 @@ pub const GROUP_BLOCK: u32 = 256;
 const GROUP_SMEM_MAX: usize = 200 << 10;
 // a block may take at most 227 KiB on H100/H200
 const _: () = assert!(GROUP_SMEM_MAX <= 227 << 10);
-const GROUP_KERNELS: [&str; 3] = ["linear_groups", "expert_gate_up_groups", "expert_down_groups"];
+const GROUP_KERNELS: [&str; 4] = ["linear_groups", "expert_gate_up_groups", "expert_down_groups", "linear_mma"];
 
 /// Shared bytes of a group's `tokens` staged rows of `cols` for weights of
 /// format `fmt`, or None above what the group kernels opt in to.
@@ -69,6 +69,35 @@ pub fn group_smem(fmt: i32, cols: usize, tokens: usize) -> Option<u32> {
 /// tiles take the product).
 fn linear_group_tokens(fmt: i32, cols: usize) -> Option<(usize, u32)> {
     [GROUP_TOKENS, GROUP_TOKENS / 2].into_iter().find_map(|t| Some((t, group_smem(fmt, cols, t)?)))
+}
+
+/// Tokens and weight rows of a tile of the prefill's products on the FP64
+/// tensor cores (kernels/rows.cuh `MMA_TOKENS`, `MMA_ROWS`: the
+/// instruction's n and m), a block's tokens in `linear_mma`.
+const MMA_TOKENS: usize = 8;
+const MMA_ROWS: usize = 16;
+/// `linear_mma`'s block: 12 warps, as many as its registers let an SM hold
+/// (ptxas 13.0: 148 a thread).
+const MMA_BLOCK: u32 = 384;
+
+/// Shared bytes of `linear_mma`'s staged tokens (kernels/rows.cuh
+/// `stage_mma_tokens`: [`MMA_TOKENS`] rows of f32, 16 floats of padding
+/// each) and its threads' stacks of subtrees (`mma_pair_push`: 16 f64
+/// each) for inputs at `x` (stride `x_stride`, groups `x_group` floats
+/// apart) through `w`, or None where the tensor-core kernel does not take
+/// the product: only scaled-code FP8 and FP4 rows (the others keep
+/// `linear_groups`), whose chunks fill whole warps' lanes (32, 64, 128,
+/// 256 or 512 a row), whose inputs are 16-byte aligned, and whose staged tokens
+/// fit what the group kernels opt in to.
+fn mma_smem(w: &super::weights::MatArg, x: u64, x_stride: usize, x_group: usize) -> Option<u32> {
+    let (fmt, cols) = (w.fmt, w.cols as usize);
+    let coded = w.scaled != 0 && (fmt == 2 || fmt == 3);
+    // chunks a lane: 1, 2, 4, 8 or 16 (kernels/rows.cuh `mma_tile_dots`)
+    let lane_chunks = cols / chunk_values(fmt) / 32;
+    let whole_lanes = cols % (32 * chunk_values(fmt)) == 0 && lane_chunks.is_power_of_two() && lane_chunks <= 16;
+    let aligned = x.is_multiple_of(16) && x_stride.is_multiple_of(4) && x_group.is_multiple_of(4);
+    let bytes = MMA_TOKENS * (cols + 16) * 4 + MMA_BLOCK as usize * 16 * 8;
+    (coded && whole_lanes && aligned && bytes <= GROUP_SMEM_MAX).then_some(bytes as u32)
 }
 
 /// Rows and tokens of a prefill tile, the block of `linear_f32` and
@@ -295,6 +324,20 @@ impl Gpu {
         groups: usize,
         nrows: usize,
     ) -> Result<bool> {
+        let warps = GROUP_BLOCK as usize / 32;
+        if let Some(smem) = mma_smem(&w.arg, x, x_stride, x_group) {
+            let token_groups = n.div_ceil(MMA_TOKENS);
+            if token_groups <= u16::MAX as usize {
+                let tiles = nrows.div_ceil(MMA_ROWS);
+                let mma_warps = MMA_BLOCK as usize / 32;
+                let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, tiles.div_ceil(mma_warps));
+                let grid = (blocks as u32, token_groups as u32, groups as u32);
+                crate::launch!(self, "linear_mma", Gpu::cfg(grid, MMA_BLOCK, smem);
+                    w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, row0 as i32,
+                    nrows as i32);
+                return Ok(true);
+            }
+        }
         let Some((tokens, smem)) = linear_group_tokens(w.arg.fmt, w.arg.cols as usize) else {
             return Ok(false);
         };
@@ -304,7 +347,6 @@ impl Gpu {
         }
         // one block an SM: enough blocks along the rows for a wave when the
         // tokens are few, each warp keeping at least GROUP_ROWS rows
-        let warps = GROUP_BLOCK as usize / 32;
         let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, nrows.div_ceil(GROUP_ROWS * warps));
         let grid = (blocks as u32, token_groups as u32, groups as u32);
         crate::launch!(self, "linear_groups", Gpu::cfg(grid, GROUP_BLOCK, smem);
@@ -364,6 +406,7 @@ impl Gpu {
 mod tests {
     use super::*;
     use crate::gpu::nvrtc;
+    use crate::gpu::weights::MatArg;
 
     #[test]
     fn decode_rows_per_warp_keep_two_blocks_per_sm() {
@@ -479,6 +522,95 @@ mod tests {
             .flat_map(|(_, names)| names.iter())
             .all(|k| { dynamic_smem_opt_in(k) == Some(DECODE_SMEM_MAX) }));
         assert_eq!(dynamic_smem_opt_in("expert_gate_up"), Some(ROW_SMEM_MAX));
+    }
+
+    #[test]
+    fn mma_tiles_follow_the_kernels() {
+        let source = |name: &str| nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap().1;
+        let rows = source("rows.cuh");
+        assert!(rows.contains(&format!("#define MMA_TOKENS {MMA_TOKENS}\n")));
+        assert!(rows.contains(&format!("#define MMA_ROWS {MMA_ROWS}\n")));
+        assert!(source("linear.cu").contains(&format!("__launch_bounds__({MMA_BLOCK}) linear_mma(")));
+        assert_eq!(dynamic_smem_opt_in("linear_mma"), Some(GROUP_SMEM_MAX));
+        let mat = |fmt: i32, cols: i32, scaled: i32| MatArg { data: 0, scales: 0, rows: 4096, cols, fmt, scaled };
+        // FP8 rows of 4096 (8 chunks a lane): 8 tokens of 4112 floats and 384 stacks of 16 f64
+        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4096, 0), Some(8 * 4112 * 4 + 384 * 128));
+        // FP4 rows of 2048 (2 chunks a lane) and FP8 rows of 512 (1)
+        assert_eq!(mma_smem(&mat(3, 2048, 1), 256, 2048, 0), Some(8 * 2064 * 4 + 384 * 128));
+        assert!(mma_smem(&mat(2, 512, 1), 256, 512, 0).is_some());
+        // not taken: codes that do not scale exactly, BF16, chunks that leave lanes idle or are
+        // not a power of two a lane, inputs off 16 bytes, rows too wide to stage (wo_b's 8192)
+        assert_eq!(mma_smem(&mat(2, 4096, 0), 256, 4096, 0), None);
+        assert_eq!(mma_smem(&mat(1, 4096, 1), 256, 4096, 0), None);
+        assert_eq!(mma_smem(&mat(2, 256, 1), 256, 256, 0), None);
+        assert_eq!(mma_smem(&mat(2, 1536, 1), 256, 1536, 0), None);
+        assert_eq!(mma_smem(&mat(2, 4096, 1), 260, 4096, 0), None);
+        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4098, 0), None);
+        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4096, 2), None);
+        assert_eq!(mma_smem(&mat(2, 8192, 1), 256, 8192, 0), None);
+    }
+
+    /// kernels/rows.cuh `mma_tile_dots` adds a tile's 32 leaves (the lanes'
+    /// sums) in bit-reversed order, each pair (lanes v, v + 16) first, then
+    /// the pairs onto a stack of subtrees (`mma_pair_push`): the same
+    /// additions as `warp_sum`'s butterfly, so the same bits.
+    #[test]
+    fn leaf_stack_gives_the_butterfly_bits() {
+        fn butterfly(x: &[f64; 32]) -> f64 {
+            let mut v = *x;
+            for o in [16, 8, 4, 2, 1] {
+                let prev = v;
+                for (l, e) in v.iter_mut().enumerate() {
+                    *e = prev[l] + prev[l ^ o];
+                }
+            }
+            v[0]
+        }
+        fn stacked(x: &[f64; 32], brev: impl Fn(usize) -> usize) -> f64 {
+            let mut st = [0.0f64; 4];
+            let mut total = 0.0;
+            for m in 0..16 {
+                let v = brev(2 * m);
+                let mut s = x[v] + x[v + 16];
+                let mut stored = false;
+                for (lvl, e) in st.iter_mut().enumerate() {
+                    if stored {
+                        break;
+                    }
+                    if (m >> lvl) & 1 == 1 {
+                        s += *e;
+                    } else {
+                        *e = s;
+                        stored = true;
+                    }
+                }
+                total = s;
+            }
+            total
+        }
+        let brev5 = |l: usize| (l as u32).reverse_bits() as usize >> 27;
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut natural_differs, mut in_order_differs) = (0, 0);
+        for _ in 0..2000 {
+            let mut x = [0.0f64; 32];
+            for e in x.iter_mut() {
+                let r = next();
+                let mag = f64::from_bits(0x3ff0_0000_0000_0000 | (r >> 12)) - 1.0;
+                *e = mag * 2f64.powi((r % 61) as i32 - 30) * if r & (1 << 7) != 0 { -1.0 } else { 1.0 };
+            }
+            let want = butterfly(&x);
+            assert_eq!(stacked(&x, brev5).to_bits(), want.to_bits(), "{x:?}");
+            // teeth: leaves paired in their natural order, or summed left to right, differ
+            natural_differs += usize::from(stacked(&x, |l| l / 2).to_bits() != want.to_bits());
+            in_order_differs += usize::from(x.iter().sum::<f64>().to_bits() != want.to_bits());
+        }
+        assert!(natural_differs > 500 && in_order_differs > 500, "{natural_differs} {in_order_differs}");
     }
 
     #[test]
