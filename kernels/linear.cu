@@ -257,7 +257,8 @@ extern "C" __global__ void linear_grouped_t1(Mat w, const float* __restrict__ x,
     linear_any<1>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, z * nrows, nrows);
 }
 
-// Prefill and chunks, where NT staged rows of the matrix's width fit
+// Prefill and chunks (but scaled FP8 and FP4 rows, which take linear_mma
+// below), where NT staged rows of the matrix's width fit
 // (gpu/products.rs `group_smem`; NT is GROUP_TOKENS, or half of it for rows
 // too wide for that many): block (x, y, z) stages tokens y * NT .. + NT - 1
 // whole (stage_row's layout; a last group of fewer tokens stages its last

@@ -1,5 +1,6 @@
 //! The weight products' launches on a [`Gpu`]: one token through the
-//! whole-row kernels (`linear_t1_r*`), several through the prefill's group
+//! whole-row kernels (`linear_t1_r*`), several through the prefill's
+//! tensor-core tiles (`linear_mma`, for scaled FP8 and FP4 rows), its group
 //! kernels or its 8x8 tiles (kernels/linear.cu; the experts' kernels in
 //! kernels/moe.cu share the geometry). Each kernel's geometry (values a
 //! chunk, rows a warp, tokens a group, staged shared bytes) sits beside
@@ -305,8 +306,11 @@ impl Gpu {
     }
 
     /// Several tokens through rows `row0 + z*nrows ..` of `w` for each group
-    /// `z` (as `linear_grouped`), by `linear_groups`: [`GROUP_TOKENS`]
-    /// tokens staged whole a block, its warps walking the rows. Returns
+    /// `z` (as `linear_grouped`): by `linear_mma` where [`mma_smem`] takes
+    /// the rows ([`MMA_TOKENS`] tokens staged a block, its warps walking
+    /// tiles of 16 rows on the FP64 tensor cores), else by `linear_groups`
+    /// ([`GROUP_TOKENS`] tokens staged whole a block, its warps walking the
+    /// rows); the same sums either way. Returns
     /// false (nothing launched) where the staged rows do not fit in shared
     /// memory (the 8x8 tiles take those). Rows too wide for [`GROUP_TOKENS`]
     /// staged rows (`wo_b`'s 8192 columns) take groups of half as many.
