@@ -5,7 +5,7 @@
 #   M = main (target/device/memra), E = next/mma-experts (target/vMMAE/memra)
 # Exactness first (compare small exact and fp8; the chunk gates, whose "MoE arms identical" compares the fused
 # experts with the per-pair kernels bit for bit; the flash-shape chunk gate; `same` against main), then prefill 4096
-# rooflines alternating E, M, E.
+# rooflines alternating E, M, E; then Nsight Compute's stall reasons for main's linear_mma.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 M=target/device/memra; E=target/vMMAE/memra
@@ -24,7 +24,12 @@ done
 g $E gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 2176 --widths 256 --out /tmp/m/chunks_flash4.json
 mkdir -p $OUT/same; MEMRA=$E BASE=$M OUT=$OUT/same timeout 200 bash scripts/gpu_gates.sh same > /dev/null 2>&1
 cat $OUT/same/summary.txt >> $R 2>/dev/null
+# what holds linear_mma (104 instructions a tensor-core instruction, 46% issue on wq_b in the twenty-fifth session):
+# its warps' stall reasons on the first launches of a 512-token prefill
+[ $(( $(date +%s) - T0 )) -lt 420 ] && g /usr/local/cuda/bin/ncu --clock-control none --cache-control none \
+  --kernel-name linear_mma --launch-skip 2 --launch-count 2 --section WarpStateStats --section SchedulerStats \
+  --section Occupancy $M bench roofline --layers 1 --contexts 1024 --prefill 512 --prefill-reps 1 --steps 3
 echo "end t=$(( $(date +%s) - T0 ))s" >> $R
-grep -hE "^## |rc=|^decode b1|^prefill|^breakdown|^end|^compare|^chunk gate|^same|rror|anic|H200" $R | cut -c1-300
+grep -hE "^## |rc=|^decode b1|^prefill|^breakdown|^end|^compare|^chunk gate|^same|rror|anic|H200|Stall|Issue|Warp Cycles|Eligible|Active Warps|Occupancy" $R | cut -c1-300
 # build: main -> target/device/memra; next/mma-experts -> target/vMMAE/memra (cargo build --release -p memra; strip -o)
 # carry: ["target/device/memra","target/vMMAE/memra"]; run: bash docs/results/prepared_session25/run87.sh; timeout_s 595
