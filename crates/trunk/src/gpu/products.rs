@@ -328,7 +328,6 @@ impl Gpu {
         groups: usize,
         nrows: usize,
     ) -> Result<bool> {
-        let warps = GROUP_BLOCK as usize / 32;
         if let Some(smem) = mma_smem(&w.arg, x, x_stride, x_group) {
             let token_groups = n.div_ceil(MMA_TOKENS);
             if token_groups <= u16::MAX as usize {
@@ -351,6 +350,7 @@ impl Gpu {
         }
         // one block an SM: enough blocks along the rows for a wave when the
         // tokens are few, each warp keeping at least GROUP_ROWS rows
+        let warps = GROUP_BLOCK as usize / 32;
         let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, nrows.div_ceil(GROUP_ROWS * warps));
         let grid = (blocks as u32, token_groups as u32, groups as u32);
         crate::launch!(self, "linear_groups", Gpu::cfg(grid, GROUP_BLOCK, smem);
