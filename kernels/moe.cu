@@ -376,6 +376,96 @@ extern "C" __global__ void __launch_bounds__(256) expert_down_groups(
     }
 }
 
+// Prefill experts on the FP64 tensor cores (rows.cuh `mma_tile_dots`), for
+// layers whose routed experts are all scaled-code FP8 or FP4 (gpu/weights.rs
+// `experts_scaled`): groups of up to MMA_TOKENS pairs of one expert
+// (moe_group_pairs with per_group MMA_TOKENS), the group's rows staged as
+// stage_mma_tokens stages them (a group of fewer pairs stages its last
+// again), then each warp takes tiles of rows. Every sum is the group
+// kernels' and the per-pair kernels', so the outputs do not depend on the
+// kernel. grid (blocks, min(ngroups, 65535)), block 384 (linear_mma's),
+// dynamic smem MMA_TOKENS * mma_stride(cols) floats, then each thread's
+// stack (16 doubles, mma_pair_push).
+//
+// expert_gate_up_mma: warp w takes intermediate rows i0 = 8 (x * warps + w)
+// .. i0 + 7, then i0 plus 8 times the grid's warps, ...: a tile's rows g and
+// g + 8 are W1's and W3's row i0 + g, so that each thread holds both halves
+// of its pairs' swiglu (out[u] and out[2 + u] for token 2 q + u).
+template <int FMT>
+__device__ __forceinline__ void gate_up_mma(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,
+                                            int k, const int* tp, int nt, float lim, int inter, float* h) {
+    float* xs = (float*)xs_dyn;
+    double* st = (double*)(xs + MMA_TOKENS * mma_stride(d)) + threadIdx.x;
+    const int warps = blockDim.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    stage_mma_tokens([&](int t) { return x + (size_t)(tp[t] / k) * d; }, d, nt, xs);
+    for (int i0 = 8 * (blockIdx.x * warps + (threadIdx.x >> 5)); i0 < inter; i0 += 8 * gridDim.x * warps) {
+        const int i = min(i0 + g, inter - 1);
+        double out[4];
+        mma_tile_dots<FMT>(row_ref<FMT>(w1, i), row_ref<FMT>(w3, i), d, xs, st, out);
+        #pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int t = 2 * q + u;
+            if (t < nt && i0 + g < inter) {
+                const int pair = tp[t];
+                h[(size_t)pair * inter + i0 + g] = swiglu((float)out[u], (float)out[2 + u], lim, wts[pair]);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(384) expert_gate_up_mma(
+    const Mat* __restrict__ w1s, const Mat* __restrict__ w3s, const float* __restrict__ x, int d,
+    const int* __restrict__ idx, const double* __restrict__ wts, int k, const int* __restrict__ pairs,
+    const int* __restrict__ groups, int ngroups, float lim, int inter, float* __restrict__ h) {
+    await_inputs();
+    for (int y = blockIdx.y; y < ngroups; y += gridDim.y) {
+        const int nt = groups[2 * y + 1];
+        if (nt == 0) return;  // the groups past the last (the same for the whole block)
+        const int* tp = pairs + groups[2 * y];
+        const int e = idx[tp[0]];
+        const Mat w1 = w1s[e], w3 = w3s[e];
+        if (w1.fmt == FMT_FP4) gate_up_mma<FMT_FP4>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h);
+        else gate_up_mma<FMT_FP8>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h);
+        __syncthreads();  // every warp past the staged rows before the next group's
+    }
+}
+
+// expert_down_mma: warp w takes W2's rows j0 = MMA_ROWS * (x * warps + w)
+// .. j0 + MMA_ROWS - 1, then j0 plus MMA_ROWS times the grid's warps, ...
+template <int FMT>
+__device__ __forceinline__ void down_mma(const Mat& w2, const float* h, int inter, const int* tp, int nt, int d,
+                                         float* out) {
+    float* xs = (float*)xs_dyn;
+    double* st = (double*)(xs + MMA_TOKENS * mma_stride(inter)) + threadIdx.x;
+    const int warps = blockDim.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    stage_mma_tokens([&](int t) { return h + (size_t)tp[t] * inter; }, inter, nt, xs);
+    for (int j0 = MMA_ROWS * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d; j0 += MMA_ROWS * gridDim.x * warps) {
+        double sums[4];
+        mma_tile_dots<FMT>(row_ref<FMT>(w2, min(j0 + g, d - 1)), row_ref<FMT>(w2, min(j0 + g + 8, d - 1)), inter, xs,
+                           st, sums);
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int t = 2 * q + (i & 1), r = j0 + g + 8 * (i >> 1);
+            if (t < nt && r < d) out[(size_t)tp[t] * d + r] = (float)sums[i];
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(384) expert_down_mma(
+    const Mat* __restrict__ w2s, const float* __restrict__ h, int inter, const int* __restrict__ idx,
+    const int* __restrict__ pairs, const int* __restrict__ groups, int ngroups, int d, float* __restrict__ out) {
+    await_inputs();
+    for (int y = blockIdx.y; y < ngroups; y += gridDim.y) {
+        const int nt = groups[2 * y + 1];
+        if (nt == 0) return;
+        const int* tp = pairs + groups[2 * y];
+        const Mat w2 = w2s[idx[tp[0]]];
+        if (w2.fmt == FMT_FP4) down_mma<FMT_FP4>(w2, h, inter, tp, nt, d, out);
+        else down_mma<FMT_FP8>(w2, h, inter, tp, nt, d, out);
+        __syncthreads();
+    }
+}
+
 // Shared expert middle: h = swiglu(g, u) with weight 1, elementwise over n*inter.
 extern "C" __global__ void swiglu_rows(const float* __restrict__ g, const float* __restrict__ u, float lim, int len,
                                        float* __restrict__ h) {

@@ -5,7 +5,9 @@ use anyhow::{Context, Result};
 
 use super::device::Gpu;
 use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
-use super::products::{group_smem, row_smem, DECODE_WARPS, GROUP_BLOCK, GROUP_TOKENS};
+use super::products::{
+    group_smem, mma_tile_smem, row_smem, DECODE_WARPS, GROUP_BLOCK, GROUP_TOKENS, MMA_BLOCK, MMA_TOKENS,
+};
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
 use crate::config::{AttnKind, ScoringFunc};
@@ -290,10 +292,20 @@ impl Dsv4Gpu {
         let (gu_x, down_x) =
             (inter.div_ceil(DECODE_WARPS * ER_GATE_UP) as u32, d.div_ceil(DECODE_WARPS * ER_DOWN) as u32);
         let block = (DECODE_WARPS * 32) as u32;
-        // the expert groups' staged rows, where there are enough pairs an
-        // expert for groups and their rows fit
-        let groups = group_smem(f13, d, GROUP_TOKENS)
-            .zip(group_smem(f2, inter, GROUP_TOKENS))
+        // the expert groups (their staged rows' shared bytes, pairs a group,
+        // block and kernels), where there are enough pairs an expert for
+        // groups and their rows fit: on the FP64 tensor cores where every
+        // expert's rows are scaled codes the tile takes (kernels/moe.cu
+        // `expert_gate_up_mma`), else the group kernels; the same sums
+        let tensor = mma_tile_smem(f13, d, dl.experts_scaled)
+            .zip(mma_tile_smem(f2, inter, dl.experts_scaled))
+            .map(|s| (s, MMA_TOKENS, MMA_BLOCK, ["expert_gate_up_mma", "expert_down_mma"]));
+        let groups = tensor
+            .or_else(|| {
+                group_smem(f13, d, GROUP_TOKENS)
+                    .zip(group_smem(f2, inter, GROUP_TOKENS))
+                    .map(|s| (s, GROUP_TOKENS, GROUP_BLOCK, ["expert_gate_up_groups", "expert_down_groups"]))
+            })
             .filter(|_| npairs >= EXPERT_GROUP_MIN_PAIRS * ne);
         // the pairs listed by expert into pair_lists (kernels/moe.cu
         // `moe_group_pairs`), and with a groups buffer (not 0) cut into
@@ -304,18 +316,18 @@ impl Dsv4Gpu {
             Ok(())
         };
         match (self.opts.moe, groups) {
-            (MoeArm::Fused, Some((gu_smem, down_smem))) => {
+            (MoeArm::Fused, Some(((gu_smem, down_smem), per_group, group_block, [gate_up, down]))) => {
                 // the pairs listed by expert and cut into groups of one
                 // expert's pairs (kernels/moe.cu `moe_group_pairs`), each
                 // weight decoded once for the group's pairs
-                let ngroups = npairs.div_ceil(GROUP_TOKENS) + ne;
-                list_by_expert(sc.expert_groups.ptr, ngroups, GROUP_TOKENS)?;
+                let ngroups = npairs.div_ceil(per_group) + ne;
+                list_by_expert(sc.expert_groups.ptr, ngroups, per_group)?;
                 let grid_y = ngroups.min(u16::MAX as usize) as u32;
-                launch!(g, "expert_gate_up_groups", Gpu::cfg((1, grid_y, 1), GROUP_BLOCK, gu_smem);
+                launch!(g, gate_up, Gpu::cfg((1, grid_y, 1), group_block, gu_smem);
                     dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, sc.pair_lists.ptr,
                     sc.expert_groups.ptr, ngroups as i32, lim, inter as i32, sc.hmid.ptr);
                 let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
-                launch!(g, "expert_down_groups", Gpu::cfg((1, grid_y, 1), GROUP_BLOCK, down_smem);
+                launch!(g, down, Gpu::cfg((1, grid_y, 1), group_block, down_smem);
                     dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pair_lists.ptr, sc.expert_groups.ptr,
                     ngroups as i32, d as i32, sc.slot_out.ptr);
             }

@@ -67,6 +67,8 @@ pub const KERNELS: &[&str] = &[
     "expert_down",
     "expert_gate_up_groups",
     "expert_down_groups",
+    "expert_gate_up_mma",
+    "expert_down_mma",
     "swiglu_rows",
     "argmax_slices",
     "argmax_rows",

@@ -54,7 +54,14 @@ pub const GROUP_BLOCK: u32 = 256;
 const GROUP_SMEM_MAX: usize = 200 << 10;
 // a block may take at most 227 KiB on H100/H200
 const _: () = assert!(GROUP_SMEM_MAX <= 227 << 10);
-const GROUP_KERNELS: [&str; 4] = ["linear_groups", "expert_gate_up_groups", "expert_down_groups", "linear_mma"];
+const GROUP_KERNELS: [&str; 6] = [
+    "linear_groups",
+    "expert_gate_up_groups",
+    "expert_down_groups",
+    "linear_mma",
+    "expert_gate_up_mma",
+    "expert_down_mma",
+];
 
 /// Shared bytes of a group's `tokens` staged rows of `cols` for weights of
 /// format `fmt`, or None above what the group kernels opt in to.
@@ -74,31 +81,38 @@ fn linear_group_tokens(fmt: i32, cols: usize) -> Option<(usize, u32)> {
 
 /// Tokens and weight rows of a tile of the prefill's products on the FP64
 /// tensor cores (kernels/rows.cuh `MMA_TOKENS`, `MMA_ROWS`: the
-/// instruction's n and m), a block's tokens in `linear_mma`.
-const MMA_TOKENS: usize = 8;
+/// instruction's n and m), a block's tokens in `linear_mma` and its pairs
+/// of one expert in `expert_gate_up_mma` and `expert_down_mma`.
+pub const MMA_TOKENS: usize = 8;
 const MMA_ROWS: usize = 16;
-/// `linear_mma`'s block: 12 warps, as many as its registers let an SM hold
-/// (ptxas 13.0: 148 a thread).
-const MMA_BLOCK: u32 = 384;
+/// The tensor-core kernels' block: 12 warps, as many as their registers
+/// let an SM hold (ptxas 13.0: `linear_mma` 148 a thread, the expert
+/// kernels 168).
+pub const MMA_BLOCK: u32 = 384;
 
-/// Shared bytes of `linear_mma`'s staged tokens (kernels/rows.cuh
+/// Shared bytes of a tensor-core block's staged tokens (kernels/rows.cuh
 /// `stage_mma_tokens`: [`MMA_TOKENS`] rows of f32, 16 floats of padding
 /// each) and its threads' stacks of subtrees (`mma_pair_push`: 16 f64
-/// each) for inputs at `x` (stride `x_stride`, groups `x_group` floats
-/// apart) through `w`, or None where the tensor-core kernel does not take
-/// the product: only scaled-code FP8 and FP4 rows (the others keep
-/// `linear_groups`), whose chunks fill whole warps' lanes (32, 64, 128,
-/// 256 or 512 a row), whose inputs are 16-byte aligned, and whose staged tokens
-/// fit what the group kernels opt in to.
-fn mma_smem(w: &super::weights::MatArg, x: u64, x_stride: usize, x_group: usize) -> Option<u32> {
-    let (fmt, cols) = (w.fmt, w.cols as usize);
-    let coded = w.scaled != 0 && (fmt == 2 || fmt == 3);
-    // chunks a lane: 1, 2, 4, 8 or 16 (kernels/rows.cuh `mma_tile_dots`)
+/// each) for rows of `cols` in format `fmt`, or None where the tensor-core
+/// tile does not take such rows: only scaled-code FP8 and FP4 (`scaled`),
+/// whose chunks give each warp lane 1, 2, 4, 8 or 16 (kernels/rows.cuh
+/// `mma_tile_dots`), and whose staged tokens fit what the group kernels
+/// opt in to.
+pub fn mma_tile_smem(fmt: i32, cols: usize, scaled: bool) -> Option<u32> {
+    let coded = scaled && (fmt == 2 || fmt == 3);
     let lane_chunks = cols / chunk_values(fmt) / 32;
-    let whole_lanes = cols % (32 * chunk_values(fmt)) == 0 && lane_chunks.is_power_of_two() && lane_chunks <= 16;
-    let aligned = x.is_multiple_of(16) && x_stride.is_multiple_of(4) && x_group.is_multiple_of(4);
+    let whole_lanes = cols.is_multiple_of(32 * chunk_values(fmt)) && lane_chunks.is_power_of_two() && lane_chunks <= 16;
     let bytes = MMA_TOKENS * (cols + 16) * 4 + MMA_BLOCK as usize * 16 * 8;
-    (coded && whole_lanes && aligned && bytes <= GROUP_SMEM_MAX).then_some(bytes as u32)
+    (coded && whole_lanes && bytes <= GROUP_SMEM_MAX).then_some(bytes as u32)
+}
+
+/// `linear_mma`'s shared bytes ([`mma_tile_smem`]) for inputs at `x`
+/// (stride `x_stride`, groups `x_group` floats apart) through `w`, or None
+/// where it does not take the product: rows the tile does not take (the
+/// others keep `linear_groups`), or inputs off 16 bytes.
+fn mma_smem(w: &super::weights::MatArg, x: u64, x_stride: usize, x_group: usize) -> Option<u32> {
+    let aligned = x.is_multiple_of(16) && x_stride.is_multiple_of(4) && x_group.is_multiple_of(4);
+    mma_tile_smem(w.fmt, w.cols as usize, w.scaled != 0).filter(|_| aligned)
 }
 
 /// Rows and tokens of a prefill tile, the block of `linear_f32` and
@@ -535,7 +549,11 @@ mod tests {
         assert!(rows.contains(&format!("#define MMA_TOKENS {MMA_TOKENS}\n")));
         assert!(rows.contains(&format!("#define MMA_ROWS {MMA_ROWS}\n")));
         assert!(source("linear.cu").contains(&format!("__launch_bounds__({MMA_BLOCK}) linear_mma(")));
-        assert_eq!(dynamic_smem_opt_in("linear_mma"), Some(GROUP_SMEM_MAX));
+        for k in ["linear_mma", "expert_gate_up_mma", "expert_down_mma"] {
+            assert_eq!(dynamic_smem_opt_in(k), Some(GROUP_SMEM_MAX), "{k}");
+            assert!(source(if k == "linear_mma" { "linear.cu" } else { "moe.cu" })
+                .contains(&format!("__launch_bounds__({MMA_BLOCK}) {k}(")));
+        }
         let mat = |fmt: i32, cols: i32, scaled: i32| MatArg { data: 0, scales: 0, rows: 4096, cols, fmt, scaled };
         // FP8 rows of 4096 (8 chunks a lane): 8 tokens of 4112 floats and 384 stacks of 16 f64
         assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4096, 0), Some(8 * 4112 * 4 + 384 * 128));

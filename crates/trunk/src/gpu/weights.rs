@@ -200,6 +200,9 @@ pub struct DevLayer {
     /// The routed experts' `Mat` formats: W1 and W3 (one format), W2. The
     /// expert kernels stage activations for one format per launch.
     pub expert_fmts: (i32, i32),
+    /// Every routed expert's matrices are scaled codes ([`MatArg::scaled`]):
+    /// the prefill's experts may take the tensor-core kernels.
+    pub experts_scaled: bool,
 }
 
 impl DevLayer {
@@ -254,6 +257,7 @@ impl DevLayer {
             w2s: table(&|e| e.w2.arg)?,
             w3s: table(&|e| e.w3.arg)?,
             expert_fmts: (f1, f2),
+            experts_scaled: experts.iter().all(|e| [&e.w1, &e.w2, &e.w3].iter().all(|m| m.arg.scaled != 0)),
             _experts: experts,
         })
     }
