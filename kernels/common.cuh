@@ -209,7 +209,7 @@ __device__ __forceinline__ double pow2d(int e) { return __hiloint2double((e + 10
 
 // Code `pos` of a 32-bit word of FP4 nibbles or FP8 bytes (the lowest
 // first) as value * 2^-P; `pos` need not be known at compile time (the
-// tensor-core products, rows.cuh `mma_tile_dots`).
+// tensor-core products, rows.cuh `mma_round`).
 template <int FMT>
 __device__ __forceinline__ double word_code_value(u32 word, int pos) {
     if (FMT == FMT_FP4) {  // nibble to the top, then S.EE.M to bits 31, 21..19
@@ -235,11 +235,22 @@ __device__ __forceinline__ double code_value(const uint4& c, int j) {
     return __hiloint2double((int)((u32)(t >> 3) & 0x8FFFFFFFu), (int)(v[j] << 29));
 }
 
+// The stored scale of chunk ci of a scaled-code row (FP8: the f32 bits of
+// its 128-column block's; FP4: its E8M0 byte), and the factor its
+// scaled-code partial takes: scale * 2^127.
+template <int FMT>
+__device__ __forceinline__ u32 chunk_scale(const RowRef& rr, int ci) {
+    return FMT == FMT_FP8 ? ((const u32*)rr.scales)[ci >> 3] : (u32)rr.scales[ci];
+}
+template <int FMT>
+__device__ __forceinline__ double scale_factor(u32 scale) {
+    return pow2d(FMT == FMT_FP8 ? (int)(scale >> 23) : (int)scale);  // 2^(E-127) * 2^127, 2^(e-127) * 2^127
+}
+
 // scale * 2^127 of chunk ci, the factor its scaled-code partial takes.
 template <int FMT>
 __device__ __forceinline__ double chunk_factor(const RowRef& rr, int ci) {
-    if (FMT == FMT_FP8) return pow2d((int)(((const u32*)rr.scales)[ci >> 3] >> 23));  // 2^(E-127) * 2^127
-    if (FMT == FMT_FP4) return pow2d((int)rr.scales[ci]);                             // 2^(e-127) * 2^127
+    if (FMT == FMT_FP8 || FMT == FMT_FP4) return scale_factor<FMT>(chunk_scale<FMT>(rr, ci));
     return pow2d(127);
 }
 

@@ -417,33 +417,31 @@ LINEAR_T1(linear_t1_r2_fp4, FMT_FP4, 2)
 LINEAR_T1(linear_t1_r4_fp4, FMT_FP4, 4)
 
 // Prefill and chunks through scaled FP8 or FP4 rows on the FP64 tensor
-// cores (rows.cuh `mma_tile_dots`; gpu/products.rs `mma_smem` says which
-// products): block (x, y, z) stages tokens y * MMA_TOKENS .. + 7 (the last
-// again past n), then warp w takes the tiles of MMA_ROWS rows from
-// MMA_ROWS * (x * warps + w) on, MMA_ROWS times the grid's warps apart.
-// Group z as in linear_groups. Every sum has warp_dot_rows_tokens' bits.
-// grid (blocks, ceil(n / MMA_TOKENS), groups), block 384 (12 warps: the
-// most its registers let an SM hold), dynamic smem MMA_TOKENS *
-// mma_stride(cols) floats, then each thread's stack (16 doubles,
-// mma_pair_push).
+// cores (rows.cuh `mma_round`; gpu/products.rs `mma_smem` says which
+// products): block (x, y, z) takes tokens y * MMA_TOKENS .. + 15 (the last
+// again past n), and in each round warp w takes a tile of MMA_ROWS rows,
+// from tile x * warps + w on, the grid's warps apart. Group z as in
+// linear_groups. Every sum has warp_dot_rows_tokens' bits. grid (blocks,
+// ceil(n / MMA_TOKENS), groups), block MMA_BLOCK (12 warps: the most its
+// registers let an SM hold), dynamic smem gpu/products.rs `mma_tile_smem`.
 template <int FMT>
 __device__ __forceinline__ void linear_mma_fmt(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
                                                int n, int row0, int nrows) {
-    float* xs = (float*)xs_dyn;
-    const int warps = blockDim.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int warps = MMA_BLOCK >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int t0 = blockIdx.y * MMA_TOKENS, nt = min(MMA_TOKENS, n - t0);
-    double* st = (double*)(xs + MMA_TOKENS * mma_stride(w.cols)) + threadIdx.x;  // mma_pair_push's stack
-    stage_mma_tokens([&](int t) { return x + (size_t)(t0 + t) * x_stride; }, w.cols, nt, xs);
-    for (int j0 = MMA_ROWS * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < nrows;
-         j0 += MMA_ROWS * gridDim.x * warps) {
+    const int tiles = (nrows + MMA_ROWS - 1) / MMA_ROWS, stride = gridDim.x * warps;
+    const int rounds = mma_rounds(tiles, blockIdx.x * warps, stride);
+    const float* const* rows = mma_token_rows([&](int t) { return x + (size_t)(t0 + t) * x_stride; }, nt);
+    for (int r = 0; r < rounds; r++) {
+        const int j0 = MMA_ROWS * (blockIdx.x * warps + (threadIdx.x >> 5) + r * stride);
         const RowRef lo = row_ref<FMT>(w, row0 + min(j0 + g, nrows - 1));
         const RowRef hi = row_ref<FMT>(w, row0 + min(j0 + g + 8, nrows - 1));
-        double out[4];
-        mma_tile_dots<FMT>(lo, hi, w.cols, xs, st, out);
+        double out[8];
+        mma_round<FMT>(j0 < nrows, lo, hi, rows, w.cols, out);
         #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int t = 2 * q + (i & 1), r = j0 + g + 8 * (i >> 1);
-            if (t < nt && r < nrows) y[(size_t)(t0 + t) * y_stride + r] = (float)out[i];
+        for (int i = 0; i < 8; i++) {
+            const int t = 8 * (i >> 2) + 2 * q + (i & 1), rr = j0 + g + 8 * ((i >> 1) & 1);
+            if (t < nt && rr < nrows) y[(size_t)(t0 + t) * y_stride + rr] = (float)out[i];
         }
     }
 }

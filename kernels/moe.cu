@@ -378,13 +378,13 @@ extern "C" __global__ void __launch_bounds__(256) expert_down_groups(
 
 // Prefill experts on the FP64 tensor cores (rows.cuh `mma_tile_dots`), for
 // layers whose routed experts are all scaled-code FP8 or FP4 (gpu/weights.rs
-// `experts_scaled`): groups of up to MMA_TOKENS pairs of one expert
-// (moe_group_pairs with per_group MMA_TOKENS), the group's rows staged as
-// stage_mma_tokens stages them (a group of fewer pairs stages its last
+// `experts_scaled`): groups of up to MMA_PAIRS pairs of one expert
+// (moe_group_pairs with per_group MMA_PAIRS), the group's rows staged as
+// stage_mma_pairs stages them (a group of fewer pairs stages its last
 // again), then each warp takes tiles of rows. Every sum is the group
 // kernels' and the per-pair kernels', so the outputs do not depend on the
 // kernel. grid (blocks, min(ngroups, 65535)), block 384 (linear_mma's),
-// dynamic smem MMA_TOKENS * mma_stride(cols) floats, then each thread's
+// dynamic smem MMA_PAIRS * mma_stride(cols) floats, then each thread's
 // stack (16 doubles, mma_pair_push).
 //
 // expert_gate_up_mma: warp w takes intermediate rows i0 = 8 (x * warps + w)
@@ -395,9 +395,9 @@ template <int FMT>
 __device__ __forceinline__ void gate_up_mma(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,
                                             int k, const int* tp, int nt, float lim, int inter, float* h) {
     float* xs = (float*)xs_dyn;
-    double* st = (double*)(xs + MMA_TOKENS * mma_stride(d)) + threadIdx.x;
+    double* st = (double*)(xs + MMA_PAIRS * mma_stride(d)) + threadIdx.x;
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    stage_mma_tokens([&](int t) { return x + (size_t)(tp[t] / k) * d; }, d, nt, xs);
+    stage_mma_pairs([&](int t) { return x + (size_t)(tp[t] / k) * d; }, d, nt, xs);
     for (int i0 = 8 * (blockIdx.x * warps + (threadIdx.x >> 5)); i0 < inter; i0 += 8 * gridDim.x * warps) {
         const int i = min(i0 + g, inter - 1);
         double out[4];
@@ -436,9 +436,9 @@ template <int FMT>
 __device__ __forceinline__ void down_mma(const Mat& w2, const float* h, int inter, const int* tp, int nt, int d,
                                          float* out) {
     float* xs = (float*)xs_dyn;
-    double* st = (double*)(xs + MMA_TOKENS * mma_stride(inter)) + threadIdx.x;
+    double* st = (double*)(xs + MMA_PAIRS * mma_stride(inter)) + threadIdx.x;
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    stage_mma_tokens([&](int t) { return h + (size_t)tp[t] * inter; }, inter, nt, xs);
+    stage_mma_pairs([&](int t) { return h + (size_t)tp[t] * inter; }, inter, nt, xs);
     for (int j0 = MMA_ROWS * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d; j0 += MMA_ROWS * gridDim.x * warps) {
         double sums[4];
         mma_tile_dots<FMT>(row_ref<FMT>(w2, min(j0 + g, d - 1)), row_ref<FMT>(w2, min(j0 + g + 8, d - 1)), inter, xs,

@@ -323,41 +323,29 @@ __device__ __forceinline__ bool staged_row_dots(const RowRef* rows, bool active,
 // The rest of warp_dot_rows_tokens' order stays: lane l's sum is the chain
 // of fma(partial, factor, sum) over chunks l, l + 32, ... (a "leaf" here,
 // its chunks walked in order), and the 32 leaves are added in warp_sum's
-// tree. The warp walks the leaves in bit-reversed order (0, 16, 8, 24, 4,
+// tree. The block walks the leaves in bit-reversed order (0, 16, 8, 24, 4,
 // ...), so that each of the tree's additions has both operands when its
-// second leaf completes: a stack of subtrees (mma_pair_push).
+// second leaf completes: a stack of subtrees (mma_leaf_push).
+//
+// A block's warps take one tile of MMA_ROWS rows each (a "round") for the
+// block's MMA_TOKENS tokens, two instructions a chunk step sharing the
+// rows' decoded codes (tokens 0-7 and 8-15), and walk the leaves together:
+// the tokens' values of the next few leaves' chunks (a "stage": MmaStage)
+// are staged as scaled f64 in shared memory while this stage's are read,
+// one block barrier a stage.
 
-// Tokens and rows of a tile (the mma's n and m; gpu/products.rs `MMA_TOKENS`, `MMA_ROWS`).
-#define MMA_TOKENS 8
+// Tokens of a block and rows of a tile (gpu/products.rs `MMA_TOKENS`, `MMA_ROWS`), the block's threads
+// (`MMA_BLOCK`) and the levels of a thread's stack of subtrees (mma_leaf_push).
+#define MMA_TOKENS 16
 #define MMA_ROWS 16
-// Steps (one chunk of two leaves) each thread keeps loading ahead of the sums.
+#define MMA_BLOCK 384
+#define MMA_LEVELS 5
+// Chunk steps (one chunk of the thread's two rows) each thread keeps loading ahead of the sums.
 #define MMA_AHEAD 2
 
-// Floats between two staged tokens: the row and 16 of padding, so that a
-// tile's 8 tokens' 16-byte reads of one slab take 4 wavefronts, the fewest.
-__device__ __forceinline__ int mma_stride(int cols) { return cols + 16; }
-
-// Stage MMA_TOKENS rows of `cols` f32 values (cols a multiple of 16, rows
-// 16-byte aligned; token t's row at row(t), the last again past nt) for
-// mma_tile_dots: token t at xs + t * mma_stride(cols), value j of each 16
-// at position (j % 4) * 4 + j / 4 of its 16, so that a thread's B fragment
-// (values q, q + 4, q + 8, q + 12 of a slab) is one 16-byte read. Every
-// thread of the block, then the barrier.
-template <class Row>
-__device__ __forceinline__ void stage_mma_tokens(Row row, int cols, int nt, float* xs) {
-    const int slabs = cols >> 4, stride = mma_stride(cols);
-    for (int i = threadIdx.x; i < MMA_TOKENS * slabs; i += blockDim.x) {
-        const int t = i / slabs, s = i - t * slabs;
-        const float4* src = (const float4*)(row(min(t, nt - 1)) + 16 * s);
-        const float4 v0 = src[0], v1 = src[1], v2 = src[2], v3 = src[3];
-        float4* dst = (float4*)(xs + (size_t)t * stride + 16 * s);
-        dst[0] = make_float4(v0.x, v1.x, v2.x, v3.x);
-        dst[1] = make_float4(v0.y, v1.y, v2.y, v3.y);
-        dst[2] = make_float4(v0.z, v1.z, v2.z, v3.z);
-        dst[3] = make_float4(v0.w, v1.w, v2.w, v3.w);
-    }
-    __syncthreads();
-}
+// Slabs of 16 values (of each token) a stage holds: 32 multiply-add
+// instructions a warp between two barriers, whatever the rows' width.
+#define MMA_STAGE_SLABS 16
 
 // d = a . b + d for one 16 x 8 x 16 tile (PTX fragments: thread (g, q) =
 // (lane / 4, lane % 4) holds a[i] = A[g + 8 (i % 2)][q + 4 (i / 2)],
@@ -368,6 +356,227 @@ __device__ __forceinline__ void mma_k16(double (&d)[4], const double (&a)[8], co
         : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
         : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(a[4]), "d"(a[5]), "d"(a[6]), "d"(a[7]), "d"(b[0]),
           "d"(b[1]), "d"(b[2]), "d"(b[3]));
+}
+
+// The A fragment of half h of a chunk of this thread's rows g and g + 8
+// (the chunk's words wl and wh; thread (g, q)): a[2 i] and a[2 i + 1] are
+// value 16 h + q + 4 i of the two rows as value * 2^-P.
+template <int FMT>
+__device__ __forceinline__ void mma_a_fragment(const u32 (&wl)[4], const u32 (&wh)[4], int h, int q, double (&a)[8]) {
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (FMT == FMT_FP8) {
+            a[2 * i] = word_code_value<FMT_FP8>(wl[i], q);
+            a[2 * i + 1] = word_code_value<FMT_FP8>(wh[i], q);
+        } else {
+            a[2 * i] = word_code_value<FMT_FP4>(wl[2 * h + (i >> 1)], q + 4 * (i & 1));
+            a[2 * i + 1] = word_code_value<FMT_FP4>(wh[2 * h + (i >> 1)], q + 4 * (i & 1));
+        }
+    }
+}
+
+// Leaf m's sums x (the m-th in bit-reversed order) onto the stack of
+// complete subtrees, in shared memory (this thread's level l value i at
+// st[(8 l + i) * MMA_BLOCK]): level l holds the sum of 2^l leaves; each 1
+// bit of m from the lowest up adds the level's subtree and x (warp_sum's
+// pair: the lanes differ in bit 4 - l), the first 0 bit stores x there
+// (`ones`: m's trailing 1 bits). After leaf 31, x is the whole tree.
+__device__ __forceinline__ void mma_leaf_push(double* st, double (&x)[8], int ones) {
+    for (int lvl = 0; lvl < ones; lvl++) {
+        #pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = st[(8 * lvl + i) * MMA_BLOCK] + x[i];
+    }
+    if (ones < MMA_LEVELS) {
+        #pragma unroll
+        for (int i = 0; i < 8; i++) st[(8 * ones + i) * MMA_BLOCK] = x[i];
+    }
+}
+
+// A stage: L = MMA_STAGE_SLABS / (K S) leaves (K chunks a leaf, S
+// 16-value halves a chunk), leaves L G .. L G + L - 1 in bit-reversed
+// order, of the block's MMA_TOKENS tokens: token t's row at rows[t], as
+// f64 scaled by xscale (exact: a power of two). Leaf l's token t is the
+// row of TS doubles at b + (16 l + t) TS (K S slabs and 2 of padding, so
+// that a warp's reads of its B fragments take the fewest wavefronts);
+// value c of slab j at 16 j + (c % 4) * 4 + c / 4, so that a thread's B
+// fragment (values q, q + 4, q + 8, q + 12 of a slab) is 32 contiguous
+// bytes. Item i is quarter i % 4 of token (i / 4) % 16's slab i / 64 of
+// the stage; fetch copies this thread's items' f32 values to raw (16
+// bytes an item, cp.async: no registers held while the stage before is
+// summed), store waits for them and writes their f64s.
+template <int FMT, int K>
+struct MmaStage {
+    static const int S = Fmt<FMT>::E / 16, KS = K * S, L = MMA_STAGE_SLABS / KS, TS = 16 * KS + 2;
+    static const int LOG2L = L >= 16 ? 4 : L >= 8 ? 3 : L >= 4 ? 2 : L >= 2 ? 1 : 0;
+    static const int DOUBLES = 16 * L * TS, N = 64 * MMA_STAGE_SLABS, ITEMS = (N + MMA_BLOCK - 1) / MMA_BLOCK;
+    static __device__ __forceinline__ void fetch(const float* const* rows, int stage, float* raw) {
+        #pragma unroll
+        for (int s = 0; s < ITEMS; s++) {
+            const int i = threadIdx.x + s * MMA_BLOCK, r = i & 3, t = (i >> 2) & 15, l = (i >> 6) / KS, j = (i >> 6) % KS;
+            const int v = __brev(stage * L + l) >> 27;
+            if (i < N) copy_async16(raw + 4 * i, rows[t] + (v + 32 * (j / S)) * (16 * S) + 16 * (j % S) + 4 * r);
+        }
+        copy_async_commit();
+    }
+    static __device__ __forceinline__ void store(double* b, double xscale, const float* raw) {
+        copy_async_wait_all();
+        #pragma unroll
+        for (int s = 0; s < ITEMS; s++) {
+            const int i = threadIdx.x + s * MMA_BLOCK, r = i & 3, t = (i >> 2) & 15, l = (i >> 6) / KS, j = (i >> 6) % KS;
+            if (i < N) {
+                const float4 v = *(const float4*)(raw + 4 * i);
+                double* d = b + (16 * l + t) * TS + 16 * j + r;
+                d[0] = (double)v.x * xscale;
+                d[4] = (double)v.y * xscale;
+                d[8] = (double)v.z * xscale;
+                d[12] = (double)v.w * xscale;
+            }
+        }
+    }
+};
+
+// One round of the block (K chunks a leaf: cols / E / 32, a power of two
+// with K S <= MMA_STAGE_SLABS): this warp's tile, if active, is 16
+// scaled-code rows (FP8 or FP4; this thread's rows lo and hi are g and
+// g + 8 of it) and the block's tokens (token t's f32 row at rows[t],
+// mma_token_rows): out[4 u + i] is row g + 8 (i / 2)'s sum with token
+// 8 u + 2 q + i % 2, with warp_dot_rows_tokens' bits. Every thread of the
+// block calls it, active or not (the stages' barriers). Dynamic smem: two
+// stages, the threads' stacks (MMA_LEVELS * 8 doubles a thread, MMA_BLOCK
+// apart), then the fetched values (MmaStage::N float4s).
+template <int FMT, int K>
+__device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const RowRef& hi,
+                                            const float* const* rows, double (&out)[8]) {
+    using Stage = MmaStage<FMT, K>;
+    const int S = Stage::S, L = Stage::L, TS = Stage::TS, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    double* bufs = xs_dyn;
+    double* st = xs_dyn + 2 * Stage::DOUBLES + threadIdx.x;
+    float* raw = (float*)(xs_dyn + 2 * Stage::DOUBLES + 8 * MMA_LEVELS * MMA_BLOCK);
+    const double xscale = pow2d(Code<FMT>::P - 127);
+    Stage::fetch(rows, 0, raw);
+    Stage::store(bufs, xscale, raw);
+    __syncthreads();
+    uint4 ring[MMA_AHEAD][2];
+    u32 sc[MMA_AHEAD][2];
+    int lm = 0, lk = 0;  // the next step to load: leaf lm's lk-th chunk
+    auto load = [&](uint4 (&c)[2], u32 (&s)[2]) {
+        const int ci = (__brev(lm) >> 27) + 32 * lk;
+        const bool in = lm < 32;
+        c[0] = in ? lo.chunks[ci] : make_uint4(0, 0, 0, 0);
+        c[1] = in ? hi.chunks[ci] : make_uint4(0, 0, 0, 0);
+        s[0] = in ? chunk_scale<FMT>(lo, ci) : 0u;
+        s[1] = in ? chunk_scale<FMT>(hi, ci) : 0u;
+        if (++lk == K) lk = 0, lm++;
+    };
+    if (active) {
+        #pragma unroll
+        for (int d = 0; d + 1 < MMA_AHEAD; d++) load(ring[d], sc[d]);
+    }
+    for (int G = 0; G < 32 / L; G++) {
+        if (G + 1 < 32 / L) Stage::fetch(rows, G + 1, raw);
+        if (active) {
+            #pragma unroll
+            for (int l = 0; l < L; l++) {
+                const int m = G * L + l;
+                const double* b = bufs + (G & 1) * Stage::DOUBLES + 16 * l * TS + 4 * q;
+                double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+                #pragma unroll
+                for (int k = 0; k < K; k++) {
+                    const int slot = (l * K + k) % MMA_AHEAD;  // L K is a multiple of MMA_AHEAD
+                    load(ring[(slot + MMA_AHEAD - 1) % MMA_AHEAD], sc[(slot + MMA_AHEAD - 1) % MMA_AHEAD]);
+                    const u32 wl[4] = {ring[slot][0].x, ring[slot][0].y, ring[slot][0].z, ring[slot][0].w};
+                    const u32 wh[4] = {ring[slot][1].x, ring[slot][1].y, ring[slot][1].z, ring[slot][1].w};
+                    double p0[4] = {0.0, 0.0, 0.0, 0.0}, p1[4] = {0.0, 0.0, 0.0, 0.0};
+                    #pragma unroll
+                    for (int h = 0; h < S; h++) {
+                        double a[8];
+                        mma_a_fragment<FMT>(wl, wh, h, q, a);
+                        const double* bj = b + 16 * (k * S + h);
+                        const double2 x0 = *(const double2*)(bj + g * TS), x1 = *(const double2*)(bj + g * TS + 2);
+                        const double2 y0 = *(const double2*)(bj + (8 + g) * TS);
+                        const double2 y1 = *(const double2*)(bj + (8 + g) * TS + 2);
+                        const double b0[4] = {x0.x, x0.y, x1.x, x1.y}, b1[4] = {y0.x, y0.y, y1.x, y1.y};
+                        mma_k16(p0, a, b0);
+                        mma_k16(p1, a, b1);
+                    }
+                    // chunk_factor's, of the scales loaded with the chunks
+                    const double fl = scale_factor<FMT>(sc[slot][0]), fh = scale_factor<FMT>(sc[slot][1]);
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        acc[i] = fma(p0[i], i < 2 ? fl : fh, acc[i]);
+                        acc[4 + i] = fma(p1[i], i < 2 ? fl : fh, acc[4 + i]);
+                    }
+                }
+                // m's trailing 1 bits: l's, known here, but for the stage's last leaf
+                mma_leaf_push(st, acc, l + 1 < L ? __ffs(~l) - 1 : Stage::LOG2L + __ffs(~G) - 1);
+                if (m == 31) {
+                    #pragma unroll
+                    for (int i = 0; i < 8; i++) out[i] = acc[i];
+                }
+            }
+        }
+        if (G + 1 < 32 / L) Stage::store(bufs + ((G + 1) & 1) * Stage::DOUBLES, xscale, raw);
+        __syncthreads();
+    }
+}
+
+// A round (mma_round_k) for rows of `cols`: cols / E / 32 chunks a lane,
+// 1, 2, 4, 8 or 16, and at most 8 for FP4 (gpu/products.rs `mma_tile_smem`).
+template <int FMT>
+__device__ __forceinline__ void mma_round(bool active, const RowRef& lo, const RowRef& hi, const float* const* rows,
+                                          int cols, double (&out)[8]) {
+    switch (cols / Fmt<FMT>::E / 32) {
+        case 1: mma_round_k<FMT, 1>(active, lo, hi, rows, out); break;
+        case 2: mma_round_k<FMT, 2>(active, lo, hi, rows, out); break;
+        case 4: mma_round_k<FMT, 4>(active, lo, hi, rows, out); break;
+        case 8: mma_round_k<FMT, 8>(active, lo, hi, rows, out); break;
+        default: mma_round_k<FMT, MMA_STAGE_SLABS * 16 / Fmt<FMT>::E>(active, lo, hi, rows, out); break;
+    }
+}
+
+// Rounds a block takes over `tiles` tiles, its warps' tiles warps apart from
+// tile first of the block, stride tiles a round for the grid.
+__device__ __forceinline__ int mma_rounds(int tiles, int first, int stride) {
+    return first < tiles ? (tiles - first + stride - 1) / stride : 0;
+}
+
+// ---- The experts' tile: groups of MMA_PAIRS pairs of one expert ----
+// The prefill's routed experts take their own tile (moe.cu
+// `expert_gate_up_mma`, `expert_down_mma`): a group's 8 pairs staged whole
+// as f32 (their rows fit: at most 4096 values), no barrier between the
+// warps' tiles, leaves in pairs (v, v + 16) side by side. An expert has few
+// pairs (96 on average at 4096 tokens of DeepSeek-V4-Flash), which fill
+// groups of 8 better than 16, and its FP4 rows amortize a chunk's loads
+// over two instructions (measured against mma_round's 16 tokens: the
+// twenty-sixth session, perf.md "Steps so far").
+
+// Pairs of a group (the mma's n; gpu/products.rs `MMA_PAIRS`).
+#define MMA_PAIRS 8
+
+// Floats between two staged tokens: the row and 16 of padding, so that a
+// tile's 8 tokens' 16-byte reads of one slab take 4 wavefronts, the fewest.
+__device__ __forceinline__ int mma_stride(int cols) { return cols + 16; }
+
+// Stage MMA_PAIRS rows of `cols` f32 values (cols a multiple of 16, rows
+// 16-byte aligned; token t's row at row(t), the last again past nt) for
+// mma_tile_dots: token t at xs + t * mma_stride(cols), value j of each 16
+// at position (j % 4) * 4 + j / 4 of its 16, so that a thread's B fragment
+// (values q, q + 4, q + 8, q + 12 of a slab) is one 16-byte read. Every
+// thread of the block, then the barrier.
+template <class Row>
+__device__ __forceinline__ void stage_mma_pairs(Row row, int cols, int nt, float* xs) {
+    const int slabs = cols >> 4, stride = mma_stride(cols);
+    for (int i = threadIdx.x; i < MMA_PAIRS * slabs; i += blockDim.x) {
+        const int t = i / slabs, s = i - t * slabs;
+        const float4* src = (const float4*)(row(min(t, nt - 1)) + 16 * s);
+        const float4 v0 = src[0], v1 = src[1], v2 = src[2], v3 = src[3];
+        float4* dst = (float4*)(xs + (size_t)t * stride + 16 * s);
+        dst[0] = make_float4(v0.x, v1.x, v2.x, v3.x);
+        dst[1] = make_float4(v0.y, v1.y, v2.y, v3.y);
+        dst[2] = make_float4(v0.z, v1.z, v2.z, v3.z);
+        dst[3] = make_float4(v0.w, v1.w, v2.w, v3.w);
+    }
+    __syncthreads();
 }
 
 // Leaf pair m's sums x (leaves 2 m and 2 m + 1 already added: warp_sum's
@@ -392,7 +601,7 @@ __device__ __forceinline__ void mma_pair_push(double* st, int stride, double (&x
 }
 
 // One warp's tile of 16 scaled-code rows (FP8 or FP4, cols / E a multiple
-// of 32) and the 8 staged tokens (stage_mma_tokens, unscaled: each value is
+// of 32) and the 8 staged tokens (stage_mma_pairs, unscaled: each value is
 // scaled by 2^(P - 127) here, as stage_row scales it): this thread's rows
 // lo and hi are g and g + 8 of the tile, and out[i] is row g + 8 (i / 2)'s
 // sum with token 2 q + i % 2, with warp_dot_rows_tokens' bits.
@@ -412,16 +621,7 @@ __device__ __forceinline__ void mma_chunk(const uint4& cl, const uint4& ch, int 
         const double b[4] = {(double)xv.x * xscale, (double)xv.y * xscale, (double)xv.z * xscale,
                              (double)xv.w * xscale};
         double a[8];
-        #pragma unroll
-        for (int i = 0; i < 4; i++) {  // value 16 h + q + 4 i of the chunk
-            if (FMT == FMT_FP8) {
-                a[2 * i] = word_code_value<FMT_FP8>(wl[i], q);
-                a[2 * i + 1] = word_code_value<FMT_FP8>(wh[i], q);
-            } else {
-                a[2 * i] = word_code_value<FMT_FP4>(wl[2 * h + (i >> 1)], q + 4 * (i & 1));
-                a[2 * i + 1] = word_code_value<FMT_FP4>(wh[2 * h + (i >> 1)], q + 4 * (i & 1));
-            }
-        }
+        mma_a_fragment<FMT>(wl, wh, h, q, a);
         mma_k16(p, a, b);
     }
 }
@@ -486,8 +686,8 @@ __device__ __forceinline__ void mma_tile_dots_k(const RowRef& lo, const RowRef& 
 }
 
 // One warp's tile of 16 scaled-code rows (FP8 or FP4; cols / E 32 times
-// 1, 2, 4, 8 or 16: the chunks a lane, gpu/products.rs `mma_smem`) and the
-// 8 staged tokens (stage_mma_tokens, unscaled: each value is scaled by
+// 1, 2, 4, 8 or 16: the chunks a lane, gpu/products.rs `expert_mma_smem`) and the
+// 8 staged tokens (stage_mma_pairs, unscaled: each value is scaled by
 // 2^(P - 127) here, as stage_row scales it): this thread's rows lo and hi
 // are g and g + 8 of the tile, st its stack (mma_pair_push; blockDim.x
 // doubles apart), and out[i] is row g + 8 (i / 2)'s sum with token
@@ -505,4 +705,15 @@ __device__ __forceinline__ void mma_tile_dots(const RowRef& lo, const RowRef& hi
         case 8: mma_tile_dots_k<FMT, 8>(lo, hi, xg, xscale, st, out); break;
         default: mma_tile_dots_k<FMT, 16>(lo, hi, xg, xscale, st, out); break;
     }
+}
+
+// The block's token rows for mma_round, in shared memory: rows[t] =
+// row(t), the last again past nt. Every thread of the block calls it (a
+// barrier), after the rounds of the rows before.
+template <class Row>
+__device__ __forceinline__ const float* const* mma_token_rows(Row row, int nt) {
+    __shared__ const float* rows[MMA_TOKENS];
+    if (threadIdx.x < MMA_TOKENS) rows[threadIdx.x] = row(min((int)threadIdx.x, nt - 1));
+    __syncthreads();
+    return rows;
 }

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use super::device::Gpu;
 use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
 use super::products::{
-    group_smem, mma_tile_smem, row_smem, DECODE_WARPS, GROUP_BLOCK, GROUP_TOKENS, MMA_BLOCK, MMA_TOKENS,
+    expert_mma_smem, group_smem, row_smem, DECODE_WARPS, GROUP_BLOCK, GROUP_TOKENS, MMA_BLOCK, MMA_PAIRS,
 };
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
@@ -297,9 +297,9 @@ impl Dsv4Gpu {
         // groups and their rows fit: on the FP64 tensor cores where every
         // expert's rows are scaled codes the tile takes (kernels/moe.cu
         // `expert_gate_up_mma`), else the group kernels; the same sums
-        let tensor = mma_tile_smem(f13, d, dl.experts_scaled)
-            .zip(mma_tile_smem(f2, inter, dl.experts_scaled))
-            .map(|s| (s, MMA_TOKENS, MMA_BLOCK, ["expert_gate_up_mma", "expert_down_mma"]));
+        let tensor = expert_mma_smem(f13, d, dl.experts_scaled)
+            .zip(expert_mma_smem(f2, inter, dl.experts_scaled))
+            .map(|s| (s, MMA_PAIRS, MMA_BLOCK, ["expert_gate_up_mma", "expert_down_mma"]));
         let groups = tensor
             .or_else(|| {
                 group_smem(f13, d, GROUP_TOKENS)

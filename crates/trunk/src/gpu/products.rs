@@ -54,14 +54,7 @@ pub const GROUP_BLOCK: u32 = 256;
 const GROUP_SMEM_MAX: usize = 200 << 10;
 // a block may take at most 227 KiB on H100/H200
 const _: () = assert!(GROUP_SMEM_MAX <= 227 << 10);
-const GROUP_KERNELS: [&str; 6] = [
-    "linear_groups",
-    "expert_gate_up_groups",
-    "expert_down_groups",
-    "linear_mma",
-    "expert_gate_up_mma",
-    "expert_down_mma",
-];
+const GROUP_KERNELS: [&str; 3] = ["linear_groups", "expert_gate_up_groups", "expert_down_groups"];
 
 /// Shared bytes of a group's `tokens` staged rows of `cols` for weights of
 /// format `fmt`, or None above what the group kernels opt in to.
@@ -79,31 +72,72 @@ fn linear_group_tokens(fmt: i32, cols: usize) -> Option<(usize, u32)> {
     [GROUP_TOKENS, GROUP_TOKENS / 2].into_iter().find_map(|t| Some((t, group_smem(fmt, cols, t)?)))
 }
 
-/// Tokens and weight rows of a tile of the prefill's products on the FP64
-/// tensor cores (kernels/rows.cuh `MMA_TOKENS`, `MMA_ROWS`: the
-/// instruction's n and m), a block's tokens in `linear_mma` and its pairs
-/// of one expert in `expert_gate_up_mma` and `expert_down_mma`.
-pub const MMA_TOKENS: usize = 8;
+/// Tokens of a block of the prefill's dense products on the FP64 tensor
+/// cores (`linear_mma`) and weight rows of a warp's tile (kernels/rows.cuh
+/// `MMA_TOKENS`: two of the instruction's n; `MMA_ROWS`: its m, also the
+/// experts' tile's).
+pub const MMA_TOKENS: usize = 16;
 const MMA_ROWS: usize = 16;
-/// The tensor-core kernels' block: 12 warps, as many as their registers
-/// let an SM hold (ptxas 13.0: `linear_mma` 148 a thread, the expert
-/// kernels 168).
+/// The tensor-core kernels' block (rows.cuh `MMA_BLOCK`): 12 warps, as many
+/// as their registers let an SM hold (ptxas 13.0: 168 a thread).
 pub const MMA_BLOCK: u32 = 384;
+/// Levels of a thread's stack of subtrees (rows.cuh `mma_leaf_push`: the
+/// sums of 1, 2, 4, 8 and 16 leaves), 8 f64 each.
+const MMA_LEVELS: usize = 5;
+/// What the tensor-core kernels opt in to: their staged leaves and stacks
+/// take more than the group kernels' (one block an SM either way, by
+/// registers); 1 KiB of the 227 a block may take is left for their static
+/// tables of token rows (`mma_token_rows`).
+const MMA_SMEM_MAX: usize = 226 << 10;
+const MMA_KERNELS: [&str; 3] = ["linear_mma", "expert_gate_up_mma", "expert_down_mma"];
 
-/// Shared bytes of a tensor-core block's staged tokens (kernels/rows.cuh
-/// `stage_mma_tokens`: [`MMA_TOKENS`] rows of f32, 16 floats of padding
-/// each) and its threads' stacks of subtrees (`mma_pair_push`: 16 f64
-/// each) for rows of `cols` in format `fmt`, or None where the tensor-core
-/// tile does not take such rows: only scaled-code FP8 and FP4 (`scaled`),
-/// whose chunks give each warp lane 1, 2, 4, 8 or 16 (kernels/rows.cuh
-/// `mma_tile_dots`), and whose staged tokens fit what the group kernels
-/// opt in to.
-pub fn mma_tile_smem(fmt: i32, cols: usize, scaled: bool) -> Option<u32> {
+/// Slabs of 16 values (of each token) a tensor-core stage holds
+/// (kernels/rows.cuh `MMA_STAGE_SLABS`): 16 / (K S) leaves, for rows of
+/// K chunks a lane and S slabs a chunk (K S = cols / 512).
+const MMA_STAGE_SLABS: usize = 16;
+
+/// Shared bytes of a tensor-core block for rows of `cols` in format `fmt`
+/// (kernels/rows.cuh `mma_round_k`: two stages of [`MMA_TOKENS`] tokens'
+/// leaves, a row of K S slabs and 2 of padding each, in f64; the threads'
+/// stacks; a stage's fetched f32 values), or None where the tensor-core
+/// tile does not take such rows: rows other than [`mma_rows`], or of more
+/// slabs a lane than a stage holds (FP4 past 8192 columns).
+fn mma_tile_smem(fmt: i32, cols: usize, scaled: bool) -> Option<u32> {
+    let lane_slabs = cols / 512;
+    if !(mma_rows(fmt, cols, scaled) && lane_slabs <= MMA_STAGE_SLABS) {
+        return None;
+    }
+    let stage = MMA_TOKENS * (MMA_STAGE_SLABS / lane_slabs) * (16 * lane_slabs + 2) * 8;
+    let bytes = 2 * stage + MMA_BLOCK as usize * MMA_LEVELS * 8 * 8 + MMA_TOKENS * MMA_STAGE_SLABS * 16 * 4;
+    (bytes <= MMA_SMEM_MAX).then_some(bytes as u32)
+}
+
+/// Whether the tensor-core tiles take rows of `cols` in format `fmt`:
+/// scaled-code FP8 and FP4 (`scaled`) whose chunks give each warp lane 1,
+/// 2, 4, 8 or 16.
+fn mma_rows(fmt: i32, cols: usize, scaled: bool) -> bool {
     let coded = scaled && (fmt == 2 || fmt == 3);
     let lane_chunks = cols / chunk_values(fmt) / 32;
-    let whole_lanes = cols.is_multiple_of(32 * chunk_values(fmt)) && lane_chunks.is_power_of_two() && lane_chunks <= 16;
-    let bytes = MMA_TOKENS * (cols + 16) * 4 + MMA_BLOCK as usize * 16 * 8;
-    (coded && whole_lanes && bytes <= GROUP_SMEM_MAX).then_some(bytes as u32)
+    coded && cols.is_multiple_of(32 * chunk_values(fmt)) && lane_chunks.is_power_of_two() && lane_chunks <= 16
+}
+
+/// Pairs of one expert a group of the prefill's routed experts on the
+/// tensor cores (kernels/rows.cuh `MMA_PAIRS`: the instruction's n), staged
+/// whole as f32 (`expert_gate_up_mma`, `expert_down_mma`).
+pub const MMA_PAIRS: usize = 8;
+
+/// Shared bytes of an expert group on the tensor cores (kernels/rows.cuh
+/// `stage_mma_pairs`: [`MMA_PAIRS`] rows of f32, 16 floats of padding
+/// each, then the threads' stacks of subtrees, `mma_pair_push`: 16 f64
+/// each) for rows of `cols` in format `fmt`, or None where the experts'
+/// tile does not take such rows: the tensor cores' rows whose staged pairs
+/// fit what the kernels opt in to.
+pub fn expert_mma_smem(fmt: i32, cols: usize, scaled: bool) -> Option<u32> {
+    if !mma_rows(fmt, cols, scaled) {
+        return None;
+    }
+    let bytes = MMA_PAIRS * (cols + 16) * 4 + MMA_BLOCK as usize * 16 * 8;
+    (bytes <= MMA_SMEM_MAX).then_some(bytes as u32)
 }
 
 /// `linear_mma`'s shared bytes ([`mma_tile_smem`]) for inputs at `x`
@@ -231,6 +265,8 @@ pub(super) fn dynamic_smem_opt_in(k: &str) -> Option<usize> {
         Some(ROW_SMEM_MAX)
     } else if GROUP_KERNELS.contains(&k) {
         Some(GROUP_SMEM_MAX)
+    } else if MMA_KERNELS.contains(&k) {
+        Some(MMA_SMEM_MAX)
     } else {
         None
     }
@@ -548,20 +584,30 @@ mod tests {
         let rows = source("rows.cuh");
         assert!(rows.contains(&format!("#define MMA_TOKENS {MMA_TOKENS}\n")));
         assert!(rows.contains(&format!("#define MMA_ROWS {MMA_ROWS}\n")));
-        assert!(source("linear.cu").contains(&format!("__launch_bounds__({MMA_BLOCK}) linear_mma(")));
-        for k in ["linear_mma", "expert_gate_up_mma", "expert_down_mma"] {
-            assert_eq!(dynamic_smem_opt_in(k), Some(GROUP_SMEM_MAX), "{k}");
+        assert!(rows.contains(&format!("#define MMA_BLOCK {MMA_BLOCK}\n")));
+        assert!(rows.contains(&format!("#define MMA_LEVELS {MMA_LEVELS}\n")));
+        assert!(rows.contains(&format!("#define MMA_STAGE_SLABS {MMA_STAGE_SLABS}\n")));
+        assert!(rows.contains(&format!("#define MMA_PAIRS {MMA_PAIRS}\n")));
+        // the experts' groups: FP4 rows of 4096 (W1, W3) and 2048 (W2), 8 pairs of f32 and the stacks
+        assert_eq!(expert_mma_smem(3, 4096, true), Some(8 * 4112 * 4 + 384 * 128));
+        assert_eq!(expert_mma_smem(3, 2048, true), Some(8 * 2064 * 4 + 384 * 128));
+        assert_eq!(expert_mma_smem(3, 2048, false), None);
+        assert!(MMA_KERNELS.iter().all(|k| nvrtc::KERNELS.contains(k)));
+        for k in MMA_KERNELS {
+            assert_eq!(dynamic_smem_opt_in(k), Some(MMA_SMEM_MAX), "{k}");
             assert!(source(if k == "linear_mma" { "linear.cu" } else { "moe.cu" })
                 .contains(&format!("__launch_bounds__({MMA_BLOCK}) {k}(")));
         }
         let mat = |fmt: i32, cols: i32, scaled: i32| MatArg { data: 0, scales: 0, rows: 4096, cols, fmt, scaled };
-        // FP8 rows of 4096 (8 chunks a lane): 8 tokens of 4112 floats and 384 stacks of 16 f64
-        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4096, 0), Some(8 * 4112 * 4 + 384 * 128));
-        // FP4 rows of 2048 (2 chunks a lane) and FP8 rows of 512 (1)
-        assert_eq!(mma_smem(&mat(3, 2048, 1), 256, 2048, 0), Some(8 * 2064 * 4 + 384 * 128));
-        assert!(mma_smem(&mat(2, 512, 1), 256, 512, 0).is_some());
+        // FP8 rows of 4096 (8 chunks a lane): two stages of 2 leaves of 16 tokens of 130 f64,
+        // 384 stacks of 40 f64, 4096 fetched floats
+        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4096, 0), Some(2 * 2 * 16 * 130 * 8 + 384 * 320 + 4096 * 4));
+        // FP4 rows of 2048 (2 chunks a lane: 4 slabs), FP8 rows of 512 (1) and of 8192 (16: wo_b)
+        assert_eq!(mma_smem(&mat(3, 2048, 1), 256, 2048, 0), Some(2 * 4 * 16 * 66 * 8 + 384 * 320 + 4096 * 4));
+        assert_eq!(mma_smem(&mat(2, 512, 1), 256, 512, 0), Some(2 * 16 * 16 * 18 * 8 + 384 * 320 + 4096 * 4));
+        assert_eq!(mma_smem(&mat(2, 8192, 1), 256, 8192, 0), Some(2 * 16 * 258 * 8 + 384 * 320 + 4096 * 4));
         // not taken: codes that do not scale exactly, BF16, chunks that leave lanes idle or are
-        // not a power of two a lane, inputs off 16 bytes, rows too wide to stage (wo_b's 8192)
+        // not a power of two a lane or more than 16, inputs off 16 bytes
         assert_eq!(mma_smem(&mat(2, 4096, 0), 256, 4096, 0), None);
         assert_eq!(mma_smem(&mat(1, 4096, 1), 256, 4096, 0), None);
         assert_eq!(mma_smem(&mat(2, 256, 1), 256, 256, 0), None);
@@ -569,13 +615,16 @@ mod tests {
         assert_eq!(mma_smem(&mat(2, 4096, 1), 260, 4096, 0), None);
         assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4098, 0), None);
         assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4096, 2), None);
-        assert_eq!(mma_smem(&mat(2, 8192, 1), 256, 8192, 0), None);
+        assert_eq!(mma_smem(&mat(2, 16384, 1), 256, 16384, 0), None);
+        // FP4 rows of 16384: 16 chunks a lane, but 32 slabs, more than a stage holds
+        assert_eq!(mma_smem(&mat(3, 16384, 1), 256, 16384, 0), None);
     }
 
-    /// kernels/rows.cuh `mma_tile_dots` adds a tile's 32 leaves (the lanes'
-    /// sums) in bit-reversed order, each pair (lanes v, v + 16) first, then
-    /// the pairs onto a stack of subtrees (`mma_pair_push`): the same
-    /// additions as `warp_sum`'s butterfly, so the same bits.
+    /// kernels/rows.cuh `mma_round` adds a tile's 32 leaves (the lanes'
+    /// sums) in bit-reversed order onto a stack of subtrees
+    /// (`mma_leaf_push`: leaf m adds the levels of its trailing ones, then
+    /// stores the sum at the next): the same additions as `warp_sum`'s
+    /// butterfly, so the same bits.
     #[test]
     fn leaf_stack_gives_the_butterfly_bits() {
         fn butterfly(x: &[f64; 32]) -> f64 {
@@ -588,27 +637,20 @@ mod tests {
             }
             v[0]
         }
-        fn stacked(x: &[f64; 32], brev: impl Fn(usize) -> usize) -> f64 {
-            let mut st = [0.0f64; 4];
-            let mut total = 0.0;
-            for m in 0..16 {
-                let v = brev(2 * m);
-                let mut s = x[v] + x[v + 16];
-                let mut stored = false;
-                for (lvl, e) in st.iter_mut().enumerate() {
-                    if stored {
-                        break;
-                    }
-                    if (m >> lvl) & 1 == 1 {
-                        s += *e;
-                    } else {
-                        *e = s;
-                        stored = true;
-                    }
+        fn stacked(x: &[f64; 32], order: impl Fn(usize) -> usize) -> f64 {
+            let mut st = [0.0f64; MMA_LEVELS];
+            let mut s = 0.0;
+            for m in 0..32 {
+                s = x[order(m)];
+                let ones = (!m).trailing_zeros() as usize;
+                for e in &st[..ones] {
+                    s += *e;
                 }
-                total = s;
+                if ones < MMA_LEVELS {
+                    st[ones] = s;
+                }
             }
-            total
+            s
         }
         let brev5 = |l: usize| (l as u32).reverse_bits() as usize >> 27;
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -628,8 +670,8 @@ mod tests {
             }
             let want = butterfly(&x);
             assert_eq!(stacked(&x, brev5).to_bits(), want.to_bits(), "{x:?}");
-            // teeth: leaves paired in their natural order, or summed left to right, differ
-            natural_differs += usize::from(stacked(&x, |l| l / 2).to_bits() != want.to_bits());
+            // teeth: leaves stacked in their natural order, or summed left to right, differ
+            natural_differs += usize::from(stacked(&x, |l| l).to_bits() != want.to_bits());
             in_order_differs += usize::from(x.iter().sum::<f64>().to_bits() != want.to_bits());
         }
         assert!(natural_differs > 500 && in_order_differs > 500, "{natural_differs} {in_order_differs}");
