@@ -294,6 +294,23 @@ __device__ __forceinline__ void gate_up_group(const Mat& w1, const Mat& w3, cons
     }
 }
 
+// The block's groups of one expert's pairs (moe_group_pairs): f(e, tp, nt)
+// for groups blockIdx.y, blockIdx.y + gridDim.y, ... (expert e, its nt
+// pairs listed at tp) until the first empty one (the groups past the last:
+// the same for the whole block), each followed by a barrier (every warp
+// past the group's staged rows before the next group's).
+template <class F>
+__device__ __forceinline__ void for_expert_groups(const int* idx, const int* pairs, const int* groups, int ngroups,
+                                                  F f) {
+    for (int y = blockIdx.y; y < ngroups; y += gridDim.y) {
+        const int nt = groups[2 * y + 1];
+        if (nt == 0) return;
+        const int* tp = pairs + groups[2 * y];
+        f(idx[tp[0]], tp, nt);
+        __syncthreads();
+    }
+}
+
 template <int FMT>
 __device__ __forceinline__ void gate_up_group_fmt(const Mat& w1, const Mat& w3, const float* x, int d,
                                                   const double* wts, int k, const int* tp, int nt, float lim,
@@ -307,11 +324,7 @@ extern "C" __global__ void __launch_bounds__(256) expert_gate_up_groups(
     const int* __restrict__ idx, const double* __restrict__ wts, int k, const int* __restrict__ pairs,
     const int* __restrict__ groups, int ngroups, float lim, int inter, float* __restrict__ h) {
     await_inputs();
-    for (int y = blockIdx.y; y < ngroups; y += gridDim.y) {
-        const int nt = groups[2 * y + 1];
-        if (nt == 0) return;  // the groups past the last (the same for the whole block)
-        const int* tp = pairs + groups[2 * y];
-        const int e = idx[tp[0]];
+    for_expert_groups(idx, pairs, groups, ngroups, [&](int e, const int* tp, int nt) {
         const Mat w1 = w1s[e], w3 = w3s[e];
         switch (w1.fmt) {
             case FMT_BF16: gate_up_group_fmt<FMT_BF16>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h); break;
@@ -319,8 +332,7 @@ extern "C" __global__ void __launch_bounds__(256) expert_gate_up_groups(
             case FMT_FP4: gate_up_group_fmt<FMT_FP4>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h); break;
             default: gate_up_group_fmt<FMT_F32>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h); break;
         }
-        __syncthreads();  // every warp past the staged rows before the next group's
-    }
+    });
 }
 
 // expert_down_groups: warp w takes rows j0 = GROUP_ROWS * (x * warps + w)
@@ -361,19 +373,15 @@ extern "C" __global__ void __launch_bounds__(256) expert_down_groups(
     const Mat* __restrict__ w2s, const float* __restrict__ h, int inter, const int* __restrict__ idx,
     const int* __restrict__ pairs, const int* __restrict__ groups, int ngroups, int d, float* __restrict__ out) {
     await_inputs();
-    for (int y = blockIdx.y; y < ngroups; y += gridDim.y) {
-        const int nt = groups[2 * y + 1];
-        if (nt == 0) return;
-        const int* tp = pairs + groups[2 * y];
-        const Mat w2 = w2s[idx[tp[0]]];
+    for_expert_groups(idx, pairs, groups, ngroups, [&](int e, const int* tp, int nt) {
+        const Mat w2 = w2s[e];
         switch (w2.fmt) {
             case FMT_BF16: down_group_fmt<FMT_BF16>(w2, h, inter, tp, nt, d, out); break;
             case FMT_FP8: down_group_fmt<FMT_FP8>(w2, h, inter, tp, nt, d, out); break;
             case FMT_FP4: down_group_fmt<FMT_FP4>(w2, h, inter, tp, nt, d, out); break;
             default: down_group_fmt<FMT_F32>(w2, h, inter, tp, nt, d, out); break;
         }
-        __syncthreads();
-    }
+    });
 }
 
 // Prefill experts on the FP64 tensor cores (rows.cuh `mma_tile_dots`), for
@@ -418,16 +426,11 @@ extern "C" __global__ void __launch_bounds__(384) expert_gate_up_mma(
     const int* __restrict__ idx, const double* __restrict__ wts, int k, const int* __restrict__ pairs,
     const int* __restrict__ groups, int ngroups, float lim, int inter, float* __restrict__ h) {
     await_inputs();
-    for (int y = blockIdx.y; y < ngroups; y += gridDim.y) {
-        const int nt = groups[2 * y + 1];
-        if (nt == 0) return;  // the groups past the last (the same for the whole block)
-        const int* tp = pairs + groups[2 * y];
-        const int e = idx[tp[0]];
+    for_expert_groups(idx, pairs, groups, ngroups, [&](int e, const int* tp, int nt) {
         const Mat w1 = w1s[e], w3 = w3s[e];
         if (w1.fmt == FMT_FP4) gate_up_mma<FMT_FP4>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h);
         else gate_up_mma<FMT_FP8>(w1, w3, x, d, wts, k, tp, nt, lim, inter, h);
-        __syncthreads();  // every warp past the staged rows before the next group's
-    }
+    });
 }
 
 // expert_down_mma: warp w takes W2's rows j0 = MMA_ROWS * (x * warps + w)
@@ -455,15 +458,11 @@ extern "C" __global__ void __launch_bounds__(384) expert_down_mma(
     const Mat* __restrict__ w2s, const float* __restrict__ h, int inter, const int* __restrict__ idx,
     const int* __restrict__ pairs, const int* __restrict__ groups, int ngroups, int d, float* __restrict__ out) {
     await_inputs();
-    for (int y = blockIdx.y; y < ngroups; y += gridDim.y) {
-        const int nt = groups[2 * y + 1];
-        if (nt == 0) return;
-        const int* tp = pairs + groups[2 * y];
-        const Mat w2 = w2s[idx[tp[0]]];
+    for_expert_groups(idx, pairs, groups, ngroups, [&](int e, const int* tp, int nt) {
+        const Mat w2 = w2s[e];
         if (w2.fmt == FMT_FP4) down_mma<FMT_FP4>(w2, h, inter, tp, nt, d, out);
         else down_mma<FMT_FP8>(w2, h, inter, tp, nt, d, out);
-        __syncthreads();
-    }
+    });
 }
 
 // Shared expert middle: h = swiglu(g, u) with weight 1, elementwise over n*inter.
