@@ -15,7 +15,7 @@ g $F synth --preset small --seed 1 --out /tmp/m/small
 for v in exact fp8; do g $F gate compare /tmp/m/small --variant $v --prompt-len 160; done
 g $F gate chunks /tmp/m/small --variant fp8 --prompt-len 160 --out /tmp/m/chunks_fp8.json
 g $F gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 2176 --widths 256 --out /tmp/m/chunks_flash4.json
-for b in $F $M $P; do
+for b in $F $M $F; do
   g $b bench roofline --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
 done
 mkdir -p $OUT/same; MEMRA=$F BASE=$M OUT=$OUT/same timeout 200 bash scripts/gpu_gates.sh same > /dev/null 2>&1
