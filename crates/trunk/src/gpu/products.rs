@@ -76,7 +76,7 @@ fn linear_group_tokens(fmt: i32, cols: usize) -> Option<(usize, u32)> {
 /// cores (`linear_mma`) and weight rows of a warp's tile (kernels/rows.cuh
 /// `MMA_TOKENS`: two of the instruction's n; `MMA_ROWS`: its m, also the
 /// experts' tile's).
-pub const MMA_TOKENS: usize = 16;
+const MMA_TOKENS: usize = 16;
 const MMA_ROWS: usize = 16;
 /// The tensor-core kernels' block (rows.cuh `MMA_BLOCK`): 12 warps, as many
 /// as their registers let an SM hold (ptxas 13.0: 168 a thread).
