@@ -437,7 +437,7 @@ __device__ __forceinline__ void linear_mma_fmt(const Mat& w, const float* x, int
         const RowRef lo = row_ref<FMT>(w, row0 + min(j0 + g, nrows - 1));
         const RowRef hi = row_ref<FMT>(w, row0 + min(j0 + g + 8, nrows - 1));
         double out[8];
-        mma_round<FMT>(j0 < nrows, lo, hi, rows, w.cols, out);
+        mma_round<FMT>(j0 < nrows, lo, hi, rows, w.cols, r > 0, r + 1 < rounds, out);
         #pragma unroll
         for (int i = 0; i < 8; i++) {
             const int t = 8 * (i >> 2) + 2 * q + (i & 1), rr = j0 + g + 8 * ((i >> 1) & 1);

@@ -441,21 +441,27 @@ struct MmaStage {
 // g + 8 of it) and the block's tokens (token t's f32 row at rows[t],
 // mma_token_rows): out[4 u + i] is row g + 8 (i / 2)'s sum with token
 // 8 u + 2 q + i % 2, with warp_dot_rows_tokens' bits. Every thread of the
-// block calls it, active or not (the stages' barriers). Dynamic smem: two
+// block calls it, active or not (the stages' barriers). `staged`: the
+// round before staged this round's first stage (the same tokens' values);
+// `more`: a round follows, whose first stage this one stages during its
+// last (a stage's count a round, 32 / L, is even, so that first stage goes
+// to the buffer it always takes). Dynamic smem: two
 // stages, the threads' stacks (MMA_LEVELS * 8 doubles a thread, MMA_BLOCK
 // apart), then the fetched values (MmaStage::N float4s).
 template <int FMT, int K>
 __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const RowRef& hi,
-                                            const float* const* rows, double (&out)[8]) {
+                                            const float* const* rows, bool staged, bool more, double (&out)[8]) {
     using Stage = MmaStage<FMT, K>;
     const int S = Stage::S, L = Stage::L, TS = Stage::TS, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     double* bufs = xs_dyn;
     double* st = xs_dyn + 2 * Stage::DOUBLES + threadIdx.x;
     float* raw = (float*)(xs_dyn + 2 * Stage::DOUBLES + 8 * MMA_LEVELS * MMA_BLOCK);
     const double xscale = pow2d(Code<FMT>::P - 127);
-    Stage::fetch(rows, 0, raw);
-    Stage::store(bufs, xscale, raw);
-    __syncthreads();
+    if (!staged) {
+        Stage::fetch(rows, 0, raw);
+        Stage::store(bufs, xscale, raw);
+        __syncthreads();
+    }
     uint4 ring[MMA_AHEAD][2];
     u32 sc[MMA_AHEAD][2];
     int lm = 0, lk = 0;  // the next step to load: leaf lm's lk-th chunk
@@ -473,7 +479,8 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
         for (int d = 0; d + 1 < MMA_AHEAD; d++) load(ring[d], sc[d]);
     }
     for (int G = 0; G < 32 / L; G++) {
-        if (G + 1 < 32 / L) Stage::fetch(rows, G + 1, raw);
+        const bool fetch = G + 1 < 32 / L || more;  // stage (G + 1) % (32 / L), into buffer (G + 1) % 2
+        if (fetch) Stage::fetch(rows, (G + 1) % (32 / L), raw);
         if (active) {
             #pragma unroll
             for (int l = 0; l < L; l++) {
@@ -515,7 +522,7 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
                 }
             }
         }
-        if (G + 1 < 32 / L) Stage::store(bufs + ((G + 1) & 1) * Stage::DOUBLES, xscale, raw);
+        if (fetch) Stage::store(bufs + ((G + 1) & 1) * Stage::DOUBLES, xscale, raw);
         __syncthreads();
     }
 }
@@ -524,13 +531,13 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
 // 1, 2, 4, 8 or 16, and at most 8 for FP4 (gpu/products.rs `mma_tile_smem`).
 template <int FMT>
 __device__ __forceinline__ void mma_round(bool active, const RowRef& lo, const RowRef& hi, const float* const* rows,
-                                          int cols, double (&out)[8]) {
+                                          int cols, bool staged, bool more, double (&out)[8]) {
     switch (cols / Fmt<FMT>::E / 32) {
-        case 1: mma_round_k<FMT, 1>(active, lo, hi, rows, out); break;
-        case 2: mma_round_k<FMT, 2>(active, lo, hi, rows, out); break;
-        case 4: mma_round_k<FMT, 4>(active, lo, hi, rows, out); break;
-        case 8: mma_round_k<FMT, 8>(active, lo, hi, rows, out); break;
-        default: mma_round_k<FMT, MMA_STAGE_SLABS * 16 / Fmt<FMT>::E>(active, lo, hi, rows, out); break;
+        case 1: mma_round_k<FMT, 1>(active, lo, hi, rows, staged, more, out); break;
+        case 2: mma_round_k<FMT, 2>(active, lo, hi, rows, staged, more, out); break;
+        case 4: mma_round_k<FMT, 4>(active, lo, hi, rows, staged, more, out); break;
+        case 8: mma_round_k<FMT, 8>(active, lo, hi, rows, staged, more, out); break;
+        default: mma_round_k<FMT, MMA_STAGE_SLABS * 16 / Fmt<FMT>::E>(active, lo, hi, rows, staged, more, out); break;
     }
 }
 
