@@ -308,6 +308,225 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
                              inv_freq, npairs, rope_pos0, out, red);
 }
 
+// ---- The prefill's attention on the FP64 tensor cores ----
+// attention_heads' sums with its bits, 16 heads of one token a block (the
+// heads share one key row set, so they are the instruction's m; each key
+// element converted once for 16 heads, not 2). A logit's lane partial is
+// the chain of fmas over the lane's 16 elements (128 m + 4 l + c, m then
+// c) from zero: one m16n8k16 f64 instruction gives it for 16 heads and 8
+// keys (rows.cuh: the instruction's outputs are that chain, bit for bit);
+// the 32 lanes' partials ("leaves") are added in warp_sum's tree, walked in
+// bit-reversed order onto a stack of subtrees (as mma_leaf_push, here in
+// registers). The softmax is attention_heads' (the same thread-strided
+// partials, butterflies and sums over the warps in order), for the 16
+// heads at once. An output element of key group G (keys G, G + 16, ...) is
+// the chain of fmas over the group's keys in order from zero, 16 keys an
+// instruction (a zero weight adds nothing: attention_heads skips it), and
+// the groups are added as attention_heads adds them: G + 8 into G, then 0
+// .. 7 in order from zero.
+#define ATT_MMA_HEADS 16
+// Doubles of one row of the weights' layout (att_w): 16 heads and 4 of padding, so that a
+// quarter warp's 16-byte reads of 8 head pairs of 4 rows fall in distinct banks.
+#define ATT_MMA_ROW 20
+
+// Index of key j's weight (its logit, then exp) for head h: key j = G + 16
+// r (G = j % 16, its output group) at row G R + r, heads h and h + 8 of a
+// pair side by side (a thread's A fragment of the output: 16 bytes).
+__device__ __forceinline__ int att_w(int R, int j, int h) {
+    return ((j & 15) * R + (j >> 4)) * ATT_MMA_ROW + 2 * (h & 7) + (h >> 3);
+}
+
+// grid (n, heads / 16), block 512 (16 warps: attention_heads' softmax
+// order). Head width 512 (a lane's 16 elements: one instruction's k).
+// Dynamic smem (gpu/layer_ops.rs `attention_mma_smem`): the weights
+// (ATT_GROUPS R rows of ATT_MMA_ROW doubles, R = ceil(nk / 16)), the 16 heads' queries as
+// f64 in the A fragments' order (64 KiB), the key row addresses.
+extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
+                                          const float* __restrict__ local, const float* __restrict__ entries,
+                                          const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
+                                          int window, const float* __restrict__ sinks, int hd, double scale,
+                                          const float* __restrict__ inv_freq, int npairs, int rope_pos0,
+                                          float* __restrict__ out) {
+    await_inputs();
+    __shared__ double red[ATT_MMA_HEADS * ATT_GROUPS];  // the heads' warp maxima, then warp sums
+    __shared__ double hmax[ATT_MMA_HEADS], den[ATT_MMA_HEADS];
+    const int t = blockIdx.x, h0 = blockIdx.y * ATT_MMA_HEADS, heads = gridDim.y * ATT_MMA_HEADS;
+    const int p = t0 + t;
+    const int first = mode == 3 ? max(0, t0 - window) : max(0, p - window + 1);
+    const int nwin = mode == 3 ? t0 - first : p - first + 1;
+    int nent = 0;
+    if (mode == 1) nent = (p + 1) / ratio;
+    else if (mode == 2) nent = min(topk, (p + 1) / ratio);
+    else if (mode == 3) nent = topk;
+    const int nk = nwin + nent, R = (nk + 15) >> 4;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qq = lane & 3;
+    double* w = xs_dyn;
+    double2* qs = (double2*)(w + ATT_GROUPS * R * ATT_MMA_ROW);
+    const float** keys = (const float**)(qs + 32 * 4 * 32);
+    for (int j = tid; j < nk; j += blockDim.x)
+        keys[j] = key_row(j, nwin, first, t0, ring, ring_rows, local, entries, sel, t, topk, mode, hd);
+    // the rows' tail past the last key: zero weights
+    for (int i = tid; i < ATT_MMA_HEADS * (16 * R - nk); i += blockDim.x)
+        w[att_w(R, nk + i / ATT_MMA_HEADS, i % ATT_MMA_HEADS)] = 0.0;
+    // queries: element 128 m + 4 l + c of head h at pair ((4 l + m) 8 + h % 8) 4 + c, half h / 8
+    for (int i = tid; i < ATT_MMA_HEADS * 128; i += blockDim.x) {
+        const int h = i >> 7, e = 4 * (i & 127), l = (e & 127) >> 2, m = e >> 7;
+        const float4 v = *(const float4*)(q + ((size_t)t * heads + h0 + h) * hd + e);
+        double* d = (double*)(qs + ((4 * l + m) * 8 + (h & 7)) * 4) + (h >> 3);
+        d[0] = v.x;
+        d[2] = v.y;
+        d[4] = v.z;
+        d[6] = v.w;
+    }
+    __syncthreads();
+    // logits: warp tiles of 8 keys; leaf l's instruction takes A[h][4 m + c]
+    // = q[h][128 m + 4 l + c], B[4 m + c][n] = key n's same element
+    for (int n0 = 8 * warp; n0 < nk; n0 += 8 * ATT_GROUPS) {
+        const float* kp = n0 + g < nk ? keys[n0 + g] : 0;
+        double st[5][4], x[4];
+        #pragma unroll
+        for (int mi = 0; mi < 32; mi++) {
+            const int l = __brev(mi) >> 27;
+            double a[8], b[4];
+            #pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const double2 v = qs[(4 * l + m) * 32 + lane];
+                a[2 * m] = v.x;
+                a[2 * m + 1] = v.y;
+                b[m] = kp ? (double)__ldg(kp + 128 * m + 4 * l + qq) : 0.0;
+            }
+            #pragma unroll
+            for (int i = 0; i < 4; i++) x[i] = 0.0;
+            mma_k16(x, a, b);
+            // leaf mi onto the stack: each 1 bit of mi from the lowest adds that level's subtree
+            const int ones = __ffs(~mi) - 1;
+            #pragma unroll
+            for (int lvl = 0; lvl < ones; lvl++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) x[i] = st[lvl][i] + x[i];
+            if (ones < 5)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) st[ones][i] = x[i];
+        }
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int j = n0 + 2 * qq + (i & 1);
+            if (j < nk) w[att_w(R, j, g + 8 * (i >> 1))] = keys[j] ? x[i] * scale : -INFINITY;
+        }
+    }
+    __syncthreads();
+    // softmax of the 16 heads at once, each head's sums in attention_heads' order
+    {
+        double v[ATT_MMA_HEADS];
+        #pragma unroll
+        for (int h = 0; h < ATT_MMA_HEADS; h++) v[h] = (double)sinks[h0 + h];
+        for (int j = tid; j < nk; j += blockDim.x)
+            #pragma unroll
+            for (int h = 0; h < ATT_MMA_HEADS; h++) v[h] = fmax(v[h], w[att_w(R, j, h)]);
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            #pragma unroll
+            for (int h = 0; h < ATT_MMA_HEADS; h++) v[h] = fmax(v[h], __shfl_xor_sync(0xffffffffu, v[h], o));
+        if (lane == 0)
+            #pragma unroll
+            for (int h = 0; h < ATT_MMA_HEADS; h++) red[h * ATT_GROUPS + warp] = v[h];
+        __syncthreads();
+        if (tid < ATT_MMA_HEADS) {
+            double m = red[tid * ATT_GROUPS];
+            for (int i = 1; i < ATT_GROUPS; i++) m = fmax(m, red[tid * ATT_GROUPS + i]);
+            hmax[tid] = m;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int h = 0; h < ATT_MMA_HEADS; h++) v[h] = 0.0;
+        for (int j = tid; j < nk; j += blockDim.x) {
+            #pragma unroll
+            for (int h = 0; h < ATT_MMA_HEADS; h++) {
+                double* lg = w + att_w(R, j, h);
+                const double e = *lg == -INFINITY ? 0.0 : exp(*lg - hmax[h]);
+                *lg = e;
+                v[h] += e;
+            }
+        }
+        #pragma unroll
+        for (int h = 0; h < ATT_MMA_HEADS; h++) v[h] = warp_sum(v[h]);
+        if (lane == 0)
+            #pragma unroll
+            for (int h = 0; h < ATT_MMA_HEADS; h++) red[h * ATT_GROUPS + warp] = v[h];
+        __syncthreads();
+        if (tid < ATT_MMA_HEADS) {
+            double s = 0.0;
+            for (int i = 0; i < ATT_GROUPS; i++) s += red[tid * ATT_GROUPS + i];
+            den[tid] = exp((double)sinks[h0 + tid] - hmax[tid]) + s;
+        }
+        __syncthreads();
+    }
+    // outputs: warp w takes elements 32 w .. 32 w + 31, two tiles of 8 at a
+    // time; A[h][k] = the weight of key G + 16 (16 ks + k), B[k][n] = that
+    // key's element 8 E + n
+    const double2* w2 = (const double2*)w;
+    #pragma unroll 1
+    for (int pp = 0; pp < 2; pp++) {
+        const int E0 = 4 * warp + 2 * pp;
+        double s[2][4];
+        #pragma unroll
+        for (int T = 0; T < 2; T++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) s[T][i] = 0.0;
+        #pragma unroll 1
+        for (int gg = 0; gg < ATT_GROUPS / 2; gg++) {
+            double acc[2][2][4];
+            #pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int G = gg + 8 * u;
+                #pragma unroll
+                for (int T = 0; T < 2; T++)
+                    #pragma unroll
+                    for (int i = 0; i < 4; i++) acc[u][T][i] = 0.0;
+                for (int rb = 0; rb < R; rb += 16) {
+                    double a[8];
+                    const float* kr[4];
+                    #pragma unroll
+                    for (int m = 0; m < 4; m++) {
+                        const int r = rb + qq + 4 * m, j = G + 16 * r;
+                        const double2 v = r < R ? w2[(G * R + r) * (ATT_MMA_ROW / 2) + g] : make_double2(0.0, 0.0);
+                        a[2 * m] = v.x;
+                        a[2 * m + 1] = v.y;
+                        kr[m] = j < nk ? keys[j] : 0;
+                    }
+                    #pragma unroll
+                    for (int T = 0; T < 2; T++) {
+                        double b[4];
+                        #pragma unroll
+                        for (int m = 0; m < 4; m++) b[m] = kr[m] ? (double)__ldg(kr[m] + 8 * (E0 + T) + g) : 0.0;
+                        mma_k16(acc[u][T], a, b);
+                    }
+                }
+            }
+            #pragma unroll
+            for (int T = 0; T < 2; T++)
+                #pragma unroll
+                for (int i = 0; i < 4; i++) s[T][i] += acc[0][T][i] + acc[1][T][i];
+        }
+        #pragma unroll
+        for (int T = 0; T < 2; T++)
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int h = g + 8 * (i >> 1), e = 8 * (E0 + T) + 2 * qq + (i & 1);
+                out[((size_t)t * heads + h0 + h) * hd + e] = (float)(s[T][i] / den[h]);
+            }
+    }
+    __syncthreads();  // the rows written above, rotated back (rope_pairs' inverse) in place
+    const int r0 = hd - 2 * npairs;
+    for (int i = tid; i < ATT_MMA_HEADS * npairs; i += blockDim.x) {
+        float* orow = out + ((size_t)t * heads + h0 + i / npairs) * hd + r0;
+        const int pi = i % npairs;
+        float c, sn;
+        rope_angle((float)(rope_pos0 + t), inv_freq[pi], true, c, sn);
+        rotate_pair(&orow[2 * pi], &orow[2 * pi + 1], c, sn);
+    }
+}
+
 // Append the last rows of a chunk to a ring: rows t with t >= n - ring_rows
 // go to slot (t0 + t) % ring_rows. grid (min(n, ring_rows)), block 256.
 extern "C" __global__ void ring_append(float* __restrict__ ring, int ring_rows, const float* __restrict__ rows,

@@ -54,6 +54,34 @@ const ATTENTION_H2_MAX_KEYS: usize = ((48 << 10) - 32 * 8) / (ATTENTION_SMEM_PER
 // DeepSeek-V4-Flash's prefill keys (a window of 128, 512 selected entries) fit
 const _: () = assert!(128 + 512 <= ATTENTION_H2_MAX_KEYS);
 
+/// Heads a block of the prefill's attention on the tensor cores
+/// (kernels/attention.cu `ATT_MMA_HEADS`: the instruction's m), and the head
+/// width it takes (a lane's 16 elements: one instruction's k).
+const ATTENTION_MMA_HEADS: usize = 16;
+const ATTENTION_MMA_DIM: usize = 512;
+/// Doubles of a row of `attention_mma`'s weights (`ATT_MMA_ROW`: 16 heads
+/// and 4 of padding); a row a key, in [`ATTENTION_GROUPS`] groups of whole
+/// instructions' keys.
+const ATTENTION_MMA_ROW: usize = 20;
+/// `attention_mma`'s key groups (`ATT_GROUPS`: key j in group j % 16).
+const ATTENTION_GROUPS: usize = 16;
+/// What `attention_mma` opts in to: its weights, the queries and the key
+/// addresses (one 512-thread block an SM either way); the rest of the 227
+/// KiB a block may take holds its static reductions.
+pub(super) const ATTENTION_MMA_SMEM_MAX: usize = 224 << 10;
+
+/// Shared bytes of `attention_mma` for a launch whose tokens see at most
+/// `keys` keys (the weights: [`ATTENTION_GROUPS`] x ceil(keys / 16) rows;
+/// the 16 heads' queries as f64; the key rows' addresses), or None past
+/// what it opts in to.
+fn attention_mma_smem(keys: usize) -> Option<u32> {
+    let rows = ATTENTION_GROUPS * keys.div_ceil(ATTENTION_GROUPS);
+    let bytes = rows * ATTENTION_MMA_ROW * 8 + ATTENTION_MMA_HEADS * ATTENTION_MMA_DIM * 8 + keys * 8;
+    (bytes <= ATTENTION_MMA_SMEM_MAX).then_some(bytes as u32)
+}
+// DeepSeek-V4-Flash's prefill keys fit
+const _: () = assert!((16 * 40 * 20 + 16 * 512 + 640) * 8 <= ATTENTION_MMA_SMEM_MAX);
+
 impl Dsv4Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
@@ -213,20 +241,26 @@ impl Dsv4Gpu {
         self.mark(si, "attn.core")?;
         let kv_ring = &st.kv.classes[lc.kv];
         let max_keys = c.sliding_window + max_ent;
-        // two heads a block (each key row loaded once for both) where that
-        // still gives every SM two blocks and both heads' logits fit
+        // 16 heads a block on the tensor cores (the prefill), where that
+        // still gives every SM two blocks and their weights fit
+        let mma_smem = attention_mma_smem(max_keys)
+            .filter(|_| hd == ATTENTION_MMA_DIM && nh % ATTENTION_MMA_HEADS == 0)
+            .filter(|_| n * nh / ATTENTION_MMA_HEADS >= 2 * g.sm_count);
+        // else two heads a block (each key row loaded once for both) where
+        // that still gives every SM two blocks and both heads' logits fit
         let two = nh % 2 == 0 && n * nh / 2 >= 2 * g.sm_count && max_keys <= ATTENTION_H2_MAX_KEYS;
-        // one head a block on at most half the SMs (decode): each head a
-        // cluster of two blocks, each computing half of the logits and half
-        // of the output's elements
+        // else one head a block on at most half the SMs (decode): each head
+        // a cluster of two blocks, each computing half of the logits and
+        // half of the output's elements
         let pair = !two && n * nh <= g.sm_count / 2 && hd > ATTENTION_SPLIT_MIN_DIM;
-        let (kernel, heads_per_block, split) = match (two, pair) {
-            (true, _) => ("attention_rows_h2", 2, 1),
-            (false, true) => ("attention_rows_pair", 1, 2),
-            (false, false) => ("attention_rows", 1, 1),
+        // the row kernels' logits (and addresses), then their groups' partials in the same memory
+        let rows_smem = |per_key: usize| (max_keys * per_key).max(ATTENTION_GROUP_PARTIALS * hd * 8);
+        let (kernel, heads_per_block, split, smem) = match (mma_smem, two, pair) {
+            (Some(smem), ..) => ("attention_mma", ATTENTION_MMA_HEADS, 1, smem as usize),
+            (None, true, _) => ("attention_rows_h2", 2, 1, rows_smem(ATTENTION_SMEM_PER_KEY + 8)),
+            (None, false, true) => ("attention_rows_pair", 1, 2, rows_smem(ATTENTION_SMEM_PER_KEY)),
+            (None, false, false) => ("attention_rows", 1, 1, rows_smem(ATTENTION_SMEM_PER_KEY)),
         };
-        let per_key = ATTENTION_SMEM_PER_KEY + 8 * (heads_per_block - 1);
-        let smem = (max_keys * per_key).max(ATTENTION_GROUP_PARTIALS * hd * 8);
         launch!(g, kernel, Gpu::cfg((n as u32, (nh / heads_per_block) as u32, split), 512, smem as u32);
             sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
             t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), rope, npairs,
@@ -555,6 +589,28 @@ mod tests {
         assert_eq!(body("attention_rows"), "1");
         assert_eq!(body("attention_rows_pair"), "1");
         assert_eq!(body("attention_rows_h2"), "2");
+    }
+
+    #[test]
+    fn attention_mma_layout_follows_the_kernel() {
+        let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == "attention.cu").unwrap().1;
+        let define = |name: &str| {
+            let at = src.find(&format!("#define {name} ")).unwrap_or_else(|| panic!("{name}"));
+            src[at..].split_whitespace().nth(2).unwrap().parse::<usize>().unwrap()
+        };
+        assert_eq!(define("ATT_MMA_HEADS"), super::ATTENTION_MMA_HEADS);
+        assert_eq!(define("ATT_MMA_ROW"), super::ATTENTION_MMA_ROW);
+        assert_eq!(define("ATT_GROUPS"), super::ATTENTION_GROUPS);
+        // a lane's elements of a head (kernels/attention.cu `ATT_Q4` float4s) are one instruction's k
+        assert_eq!(define("ATT_Q4") * 128, super::ATTENTION_MMA_DIM);
+        // the Flash prefill's 640 keys: 40 rows a group, 64 KiB of queries, 640 addresses
+        assert_eq!(super::attention_mma_smem(640), Some(16 * 40 * 20 * 8 + 65536 + 640 * 8));
+        // one key past a whole row of each group takes a row more of each
+        assert_eq!(super::attention_mma_smem(641), Some(16 * 41 * 20 * 8 + 65536 + 641 * 8));
+        let most = (1..4096).take_while(|&k| super::attention_mma_smem(k).is_some()).last().unwrap();
+        assert_eq!(most, 960);
+        assert!(super::attention_mma_smem(961).is_none());
+        assert_eq!(super::super::products::dynamic_smem_opt_in("attention_mma"), Some(super::ATTENTION_MMA_SMEM_MAX));
     }
 
     #[test]

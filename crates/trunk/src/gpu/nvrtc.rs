@@ -56,6 +56,7 @@ pub const KERNELS: &[&str] = &[
     "attention_rows",
     "attention_rows_pair",
     "attention_rows_h2",
+    "attention_mma",
     "ring_append",
     "compress_pool",
     "compress_ring_append",
