@@ -2,7 +2,7 @@
 # prepared in the twenty-seventh session for the next (perf.md "The gap", item 6):
 #   M = main (attention_mma of 924834a; target/device/memra), S = next/attn-stage (attention-staged.patch on main:
 #   attention_mma's key values through per-warp cp.async rings in shared memory, the logits 4 leaves ahead and the
-#   outputs 4 steps ahead, and the logits' stack of subtrees in registers (ptxas 13.0: 208 -> 48 bytes of stack, no
+#   outputs 4 steps ahead, and the logits' stack of subtrees in registers (ptxas 13.0: 224 -> 48 bytes of stack, no
 #   local memory in the logits loop); att_keys shared by attention_heads and attention_mma; target/vST/memra).
 # Exactness first (the flash-shape chunk gates, 2176 tokens in chunks of 256 on attention_mma, against decode's
 # attention_rows_pair and a monolithic prefill, exact and fp8; compare small exact: attention_heads' new helper),
