@@ -316,8 +316,8 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
 // c) from zero: one m16n8k16 f64 instruction gives it for 16 heads and 8
 // keys (rows.cuh: the instruction's outputs are that chain, bit for bit);
 // the 32 lanes' partials ("leaves") are added in warp_sum's tree, walked in
-// bit-reversed order onto a stack of subtrees (as mma_leaf_push, here in
-// registers). The softmax is attention_heads' (the same thread-strided
+// bit-reversed order onto a stack of subtrees (mma_leaf_push's additions,
+// in a thread's own array). The softmax is attention_heads' (the same thread-strided
 // partials, butterflies and sums over the warps in order), for the 16
 // heads at once. An output element of key group G (keys G, G + 16, ...) is
 // the chain of fmas over the group's keys in order from zero, 16 keys an
@@ -326,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
 // .. 7 in order from zero.
 #define ATT_MMA_HEADS 16
 // Doubles of one row of the weights' layout (att_w): 16 heads and 4 of padding, so that a
-// quarter warp's 16-byte reads of 8 head pairs of 4 rows fall in distinct banks.
+// quarter warp's eight 16-byte reads (2 head pairs of 4 rows) fall in distinct banks.
 #define ATT_MMA_ROW 20
 
 // Index of key j's weight (its logit, then exp) for head h: key j = G + 16
