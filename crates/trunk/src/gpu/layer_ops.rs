@@ -34,9 +34,13 @@ pub(super) const ATTENTION_SMEM_PER_KEY: usize = 16;
 /// Keys per `indexer_scores` block (kernels/indexer.cu `IDX_KB`).
 const INDEXER_KEYS_PER_BLOCK: usize = 8;
 
+/// The attention kernels' key groups (kernels/attention.cu `ATT_GROUPS`:
+/// key j in group j % 16, a warp each).
+const ATTENTION_GROUPS: usize = 16;
+
 /// Output rows of f64 partials `attention_rows` keeps in the same shared
-/// memory after the keys (kernels/attention.cu `ATT_GROUPS / 2`).
-pub(super) const ATTENTION_GROUP_PARTIALS: usize = 8;
+/// memory after the keys (groups g + 8 added into g).
+pub(super) const ATTENTION_GROUP_PARTIALS: usize = ATTENTION_GROUPS / 2;
 
 /// Keys `attention_rows` can hold: the 48 KiB a launch gets without opting
 /// in, less its 32 static doubles (3056; at DeepSeek-V4-Flash widths an
@@ -63,8 +67,6 @@ const ATTENTION_MMA_DIM: usize = 512;
 /// and 4 of padding); a row a key, in [`ATTENTION_GROUPS`] groups of whole
 /// instructions' keys.
 const ATTENTION_MMA_ROW: usize = 20;
-/// `attention_mma`'s key groups (`ATT_GROUPS`: key j in group j % 16).
-const ATTENTION_GROUPS: usize = 16;
 /// What `attention_mma` opts in to: its weights, the queries and the key
 /// addresses (one 512-thread block an SM either way); the rest of the 227
 /// KiB a block may take holds its static reductions.
