@@ -26,6 +26,20 @@ __device__ __forceinline__ const float* key_row(int j, int nwin, int first, int 
     return s >= 0 ? entries + (size_t)s * hd : 0;
 }
 
+// The keys query t (position p = t0 + t) sees, in key_row's order: nwin
+// window rows from position first, then the entries; returns their count.
+__device__ __forceinline__ int att_keys(int t, int t0, int window, int mode, int ratio, int topk, int& first,
+                                        int& nwin) {
+    const int p = t0 + t;
+    first = mode == 3 ? max(0, t0 - window) : max(0, p - window + 1);
+    nwin = mode == 3 ? t0 - first : p - first + 1;
+    int nent = 0;
+    if (mode == 1) nent = (p + 1) / ratio;
+    else if (mode == 2) nent = min(topk, (p + 1) / ratio);  // the indexer pads with -1 past the visible entries
+    else if (mode == 3) nent = topk;
+    return nwin + nent;
+}
+
 #define ATT_Q4 4       // float4s of the query per lane: head_dim <= 128 * ATT_Q4 (checked by the host)
 #define ATT_GROUPS 16  // key groups: warp g takes keys g, g + 16, ... (block 512)
 #define ATT_KEYS 4     // keys a warp has loading at once
@@ -67,14 +81,8 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
                                                 float* __restrict__ out, double* red) {
     extern __shared__ double logits[];  // HPB x nk logits, then nk key row addresses
     const int t = blockIdx.x, h0 = blockIdx.y * HPB, heads = gridDim.y * HPB;
-    const int p = t0 + t;
-    const int first = mode == 3 ? max(0, t0 - window) : max(0, p - window + 1);
-    const int nwin = mode == 3 ? t0 - first : p - first + 1;
-    int nent = 0;
-    if (mode == 1) nent = (p + 1) / ratio;
-    else if (mode == 2) nent = min(topk, (p + 1) / ratio);  // the indexer pads with -1 past the visible entries
-    else if (mode == 3) nent = topk;
-    const int nk = nwin + nent;
+    int first, nwin;
+    const int nk = att_keys(t, t0, window, mode, ratio, topk, first, nwin);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const float** keys = (const float**)(logits + HPB * nk);
     for (int j = threadIdx.x; j < nk; j += blockDim.x)
@@ -317,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
 // keys (rows.cuh: the instruction's outputs are that chain, bit for bit);
 // the 32 lanes' partials ("leaves") are added in warp_sum's tree, walked in
 // bit-reversed order onto a stack of subtrees (mma_leaf_push's additions,
-// in a thread's own array). The softmax is attention_heads' (the same thread-strided
+// in registers: att_brev5, att_trailing_ones). The softmax is attention_heads' (the same thread-strided
 // partials, butterflies and sums over the warps in order), for the 16
 // heads at once. An output element of key group G (keys G, G + 16, ...) is
 // the chain of fmas over the group's keys in order from zero, 16 keys an
@@ -336,11 +344,88 @@ __device__ __forceinline__ int att_w(int R, int j, int h) {
     return ((j & 15) * R + (j >> 4)) * ATT_MMA_ROW + 2 * (h & 7) + (h >> 3);
 }
 
+// mi's 5 bits reversed, and its trailing 1 bits, in forms the compiler
+// folds where mi is a constant (an unrolled loop's index), so that the
+// logits' stack of subtrees stays in registers.
+__device__ __forceinline__ int att_brev5(int mi) {
+    return ((mi & 1) << 4) | ((mi & 2) << 2) | (mi & 4) | ((mi & 8) >> 2) | ((mi & 16) >> 4);
+}
+__device__ __forceinline__ int att_trailing_ones(int mi) {
+    return !(mi & 1) ? 0 : !(mi & 2) ? 1 : !(mi & 4) ? 2 : !(mi & 8) ? 3 : !(mi & 16) ? 4 : 5;
+}
+
+// Leaves of key values a warp of attention_mma's logits has in flight
+// (cp.async), and the floats of one key in a leaf's slot: its 4 segments of
+// 4 values and 4 of padding (a thread's B reads fall in distinct banks).
+#define ATT_MMA_AHEAD 4
+#define ATT_MMA_KEY 20
+// Steps of key values a warp of attention_mma's outputs has in flight (a
+// slot: 16 keys x 16 values).
+#define ATT_MMA_OUT_AHEAD 4
+
+// Key n0 + g's row of the logits' tile at n0 (attention_mma), or none
+// past the last key.
+__device__ __forceinline__ const float* att_tile_key(const float* const* keys, int nk, int n0, int g) {
+    return n0 + g < nk ? keys[n0 + g] : 0;
+}
+
+// This lane's copy of leaf mi of a logits' tile: its key kp's (this lane's
+// key of the tile, att_tile_key) values 128 qq + 4 l .. + 3 (l = mi's leaf)
+// to the key's segment qq in the leaf's slot; zeros for no key or a key
+// without a row.
+__device__ __forceinline__ void att_leaf_copy(float* lring, const float* kp, int mi, int g, int qq) {
+    float* dst = lring + (mi % ATT_MMA_AHEAD) * (8 * ATT_MMA_KEY) + g * ATT_MMA_KEY + 4 * qq;
+    if (kp) copy_async16(dst, kp + 128 * qq + 4 * att_brev5(mi));
+    else *(float4*)dst = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// Where value e (0 .. 15: tiles E0 and E0 + 1 of a pass) of key k (0 ..
+// 15) of an output step lies in its slot: segment e / 4 of the key's row
+// of 16, swizzled by bit 1 of k so that a thread's B reads (keys qq + 4 m,
+// values 8 T + g) fall in distinct banks.
+__device__ __forceinline__ int att_out_at(int k, int e) {
+    return 16 * k + 4 * ((e >> 2) ^ (k & 2)) + (e & 3);
+}
+
+// The next output step of a warp's stream (attention_mma): pass pp, chain
+// c (group c / 2 + 8 (c % 2)), instruction ks.
+struct AttOutCursor {
+    int pp, c, ks;
+};
+
+// This lane's two copies of the step at `next` (if any) into slot `slot`
+// of the warp's ring: keys G + 16 (16 ks + k), k = 0 .. 15, values 8 E0 ..
+// 8 E0 + 15 (E0 = 4 warp + 2 pp), 16 bytes a copy; zeros past the keys or
+// for a key without a row. Then advances `next`.
+__device__ __forceinline__ void att_out_copy(float* oring, int slot, const float* const* keys, int nk, int KS,
+                                             AttOutCursor& next, int warp, int lane) {
+    if (next.pp < 2) {
+        const int G = next.c / 2 + 8 * (next.c & 1), E0 = 4 * warp + 2 * next.pp;
+        #pragma unroll
+        for (int z = 0; z < 2; z++) {
+            const int ci = lane + 32 * z, k = ci >> 2, sg = ci & 3, j = G + 16 * (16 * next.ks + k);
+            float* dst = oring + slot * (16 * 16) + att_out_at(k, 4 * sg);
+            const float* kp = j < nk ? keys[j] : 0;
+            if (kp) copy_async16(dst, kp + 8 * E0 + 4 * sg);
+            else *(float4*)dst = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        if (++next.ks == KS) {
+            next.ks = 0;
+            if (++next.c == ATT_GROUPS) {
+                next.c = 0;
+                next.pp++;
+            }
+        }
+    }
+}
+
 // grid (n, heads / 16), block 512 (16 warps: attention_heads' softmax
 // order). Head width 512 (a lane's 16 elements: one instruction's k).
 // Dynamic smem (gpu/layer_ops.rs `attention_mma_smem`): the weights
 // (ATT_GROUPS R rows of ATT_MMA_ROW doubles, R = ceil(nk / 16)), the 16 heads' queries as
-// f64 in the A fragments' order (64 KiB), the key row addresses.
+// f64 in the A fragments' order (64 KiB; the outputs' rings of key values
+// after the logits), the key row addresses (an even count), the logits'
+// rings of key values.
 extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
                                           const float* __restrict__ local, const float* __restrict__ entries,
                                           const int* __restrict__ sel, int topk, int mode, int ratio, int t0,
@@ -351,14 +436,8 @@ extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __r
     __shared__ double red[ATT_MMA_HEADS * ATT_GROUPS];  // the heads' warp maxima, then warp sums
     __shared__ double hmax[ATT_MMA_HEADS], den[ATT_MMA_HEADS];
     const int t = blockIdx.x, h0 = blockIdx.y * ATT_MMA_HEADS, heads = gridDim.y * ATT_MMA_HEADS;
-    const int p = t0 + t;
-    const int first = mode == 3 ? max(0, t0 - window) : max(0, p - window + 1);
-    const int nwin = mode == 3 ? t0 - first : p - first + 1;
-    int nent = 0;
-    if (mode == 1) nent = (p + 1) / ratio;
-    else if (mode == 2) nent = min(topk, (p + 1) / ratio);
-    else if (mode == 3) nent = topk;
-    const int nk = nwin + nent, R = (nk + 15) >> 4;
+    int first, nwin;
+    const int nk = att_keys(t, t0, window, mode, ratio, topk, first, nwin), R = (nk + 15) >> 4;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qq = lane & 3;
     double* w = xs_dyn;
     double2* qs = (double2*)(w + ATT_GROUPS * R * ATT_MMA_ROW);
@@ -380,26 +459,45 @@ extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __r
     }
     __syncthreads();
     // logits: warp tiles of 8 keys; leaf l's instruction takes A[h][4 m + c]
-    // = q[h][128 m + 4 l + c], B[4 m + c][n] = key n's same element
+    // = q[h][128 m + 4 l + c], B[4 m + c][n] = key n's same element. The
+    // warp's tiles and their leaves are one stream whose key values are
+    // copied ATT_MMA_AHEAD leaves ahead into the warp's ring (att_leaf_copy),
+    // one cp.async group a leaf.
+    float* lring = (float*)(keys + ((nk + 1) & ~1)) + warp * (ATT_MMA_AHEAD * 8 * ATT_MMA_KEY);
+    const float* kp = att_tile_key(keys, nk, 8 * warp, g);  // this lane's key of the warp's tile
+    if (8 * warp < nk) {
+        #pragma unroll
+        for (int mi = 0; mi < ATT_MMA_AHEAD; mi++) {
+            att_leaf_copy(lring, kp, mi, g, qq);
+            copy_async_commit();
+        }
+    }
     for (int n0 = 8 * warp; n0 < nk; n0 += 8 * ATT_GROUPS) {
-        const float* kp = n0 + g < nk ? keys[n0 + g] : 0;
+        const float* kn = att_tile_key(keys, nk, n0 + 8 * ATT_GROUPS, g);  // and of its next tile
         double st[5][4], x[4];
         #pragma unroll
         for (int mi = 0; mi < 32; mi++) {
-            const int l = __brev(mi) >> 27;
+            const int l = att_brev5(mi);
+            asm volatile("cp.async.wait_group %0;" ::"n"(ATT_MMA_AHEAD - 1) : "memory");
+            __syncwarp();
+            const float* slot = lring + (mi % ATT_MMA_AHEAD) * (8 * ATT_MMA_KEY) + g * ATT_MMA_KEY + qq;
             double a[8], b[4];
             #pragma unroll
             for (int m = 0; m < 4; m++) {
                 const double2 v = qs[(4 * l + m) * 32 + lane];
                 a[2 * m] = v.x;
                 a[2 * m + 1] = v.y;
-                b[m] = kp ? (double)__ldg(kp + 128 * m + 4 * l + qq) : 0.0;
+                b[m] = (double)slot[4 * m];
             }
             #pragma unroll
             for (int i = 0; i < 4; i++) x[i] = 0.0;
             mma_k16(x, a, b);
+            __syncwarp();  // every lane has read the slot: the leaf ATT_MMA_AHEAD on takes it
+            if (mi + ATT_MMA_AHEAD < 32) att_leaf_copy(lring, kp, mi + ATT_MMA_AHEAD, g, qq);
+            else if (n0 + 8 * ATT_GROUPS < nk) att_leaf_copy(lring, kn, mi + ATT_MMA_AHEAD - 32, g, qq);
+            copy_async_commit();
             // leaf mi onto the stack: each 1 bit of mi from the lowest adds that level's subtree
-            const int ones = __ffs(~mi) - 1;
+            const int ones = att_trailing_ones(mi);
             #pragma unroll
             for (int lvl = 0; lvl < ones; lvl++)
                 #pragma unroll
@@ -413,7 +511,9 @@ extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __r
             const int j = n0 + 2 * qq + (i & 1);
             if (j < nk) w[att_w(R, j, g + 8 * (i >> 1))] = keys[j] ? x[i] * scale : -INFINITY;
         }
+        kp = kn;
     }
+    copy_async_wait_all();  // the empty groups past the stream's end
     __syncthreads();
     // softmax of the 16 heads at once, each head's sums in attention_heads' order
     {
@@ -463,8 +563,21 @@ extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __r
     }
     // outputs: warp w takes elements 32 w .. 32 w + 31, two tiles of 8 at a
     // time; A[h][k] = the weight of key G + 16 (16 ks + k), B[k][n] = that
-    // key's element 8 E + n
+    // key's element 8 E + n. A pass's steps: group G = gg + 8 u's ks-th
+    // instruction, for gg, then u, then ks; the warp's two passes and their
+    // steps are one stream whose key values are copied ATT_MMA_OUT_AHEAD
+    // steps ahead into the warp's ring in the queries' memory (no longer
+    // read), one cp.async group a step (att_out_copy).
     const double2* w2 = (const double2*)w;
+    const int KS = (R + 15) >> 4;
+    float* oring = (float*)qs + warp * (ATT_MMA_OUT_AHEAD * 16 * 16);
+    AttOutCursor next = {0, 0, 0};  // the next step to copy
+    #pragma unroll
+    for (int d = 0; d < ATT_MMA_OUT_AHEAD; d++) {
+        att_out_copy(oring, d, keys, nk, KS, next, warp, lane);
+        copy_async_commit();
+    }
+    int sx = 0;  // the stream's step: its ring slot sx % ATT_MMA_OUT_AHEAD
     #pragma unroll 1
     for (int pp = 0; pp < 2; pp++) {
         const int E0 = 4 * warp + 2 * pp;
@@ -483,24 +596,28 @@ extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __r
                 for (int T = 0; T < 2; T++)
                     #pragma unroll
                     for (int i = 0; i < 4; i++) acc[u][T][i] = 0.0;
-                for (int rb = 0; rb < R; rb += 16) {
+                for (int rb = 0; rb < R; rb += 16, sx++) {
+                    asm volatile("cp.async.wait_group %0;" ::"n"(ATT_MMA_OUT_AHEAD - 1) : "memory");
+                    __syncwarp();
+                    const float* slot = oring + (sx % ATT_MMA_OUT_AHEAD) * (16 * 16);
                     double a[8];
-                    const float* kr[4];
                     #pragma unroll
                     for (int m = 0; m < 4; m++) {
-                        const int r = rb + qq + 4 * m, j = G + 16 * r;
+                        const int r = rb + qq + 4 * m;
                         const double2 v = r < R ? w2[(G * R + r) * (ATT_MMA_ROW / 2) + g] : make_double2(0.0, 0.0);
                         a[2 * m] = v.x;
                         a[2 * m + 1] = v.y;
-                        kr[m] = j < nk ? keys[j] : 0;
                     }
                     #pragma unroll
                     for (int T = 0; T < 2; T++) {
                         double b[4];
                         #pragma unroll
-                        for (int m = 0; m < 4; m++) b[m] = kr[m] ? (double)__ldg(kr[m] + 8 * (E0 + T) + g) : 0.0;
+                        for (int m = 0; m < 4; m++) b[m] = (double)slot[att_out_at(qq + 4 * m, 8 * T + g)];
                         mma_k16(acc[u][T], a, b);
                     }
+                    __syncwarp();  // every lane has read the slot: the step ATT_MMA_OUT_AHEAD on takes it
+                    att_out_copy(oring, (sx + ATT_MMA_OUT_AHEAD) % ATT_MMA_OUT_AHEAD, keys, nk, KS, next, warp, lane);
+                    copy_async_commit();
                 }
             }
             #pragma unroll
@@ -516,6 +633,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __r
                 out[((size_t)t * heads + h0 + h) * hd + e] = (float)(s[T][i] / den[h]);
             }
     }
+    copy_async_wait_all();  // the empty groups past the stream's end
     __syncthreads();  // the rows written above, rotated back (rope_pairs' inverse) in place
     const int r0 = hd - 2 * npairs;
     for (int i = tid; i < ATT_MMA_HEADS * npairs; i += blockDim.x) {

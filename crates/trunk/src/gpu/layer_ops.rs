@@ -67,6 +67,11 @@ const ATTENTION_MMA_DIM: usize = 512;
 /// and 4 of padding); a row a key, in [`ATTENTION_GROUPS`] groups of whole
 /// instructions' keys.
 const ATTENTION_MMA_ROW: usize = 20;
+/// Leaves of key values each warp of `attention_mma`'s logits has in
+/// flight (`ATT_MMA_AHEAD`), and the floats of a key in a leaf's slot
+/// (`ATT_MMA_KEY`: 16 and 4 of padding).
+const ATTENTION_MMA_AHEAD: usize = 4;
+const ATTENTION_MMA_KEY: usize = 20;
 /// What `attention_mma` opts in to: its weights, the queries and the key
 /// addresses (one 512-thread block an SM either way); the rest of the 227
 /// KiB a block may take holds its static reductions.
@@ -74,15 +79,21 @@ pub(super) const ATTENTION_MMA_SMEM_MAX: usize = 224 << 10;
 
 /// Shared bytes of `attention_mma` for a launch whose tokens see at most
 /// `keys` keys (the weights: [`ATTENTION_GROUPS`] x ceil(keys / 16) rows;
-/// the 16 heads' queries as f64; the key rows' addresses), or None past
-/// what it opts in to.
+/// the 16 heads' queries as f64, which the outputs' rings of key values
+/// take after the logits; the key rows' addresses, an even count; the
+/// logits' rings: 8 keys a leaf, a ring a warp), or None past what it opts
+/// in to.
 fn attention_mma_smem(keys: usize) -> Option<u32> {
     let rows = ATTENTION_GROUPS * keys.div_ceil(ATTENTION_GROUPS);
-    let bytes = rows * ATTENTION_MMA_ROW * 8 + ATTENTION_MMA_HEADS * ATTENTION_MMA_DIM * 8 + keys * 8;
+    let rings = ATTENTION_GROUPS * ATTENTION_MMA_AHEAD * 8 * ATTENTION_MMA_KEY * 4;
+    let bytes = rows * ATTENTION_MMA_ROW * 8
+        + ATTENTION_MMA_HEADS * ATTENTION_MMA_DIM * 8
+        + keys.next_multiple_of(2) * 8
+        + rings;
     (bytes <= ATTENTION_MMA_SMEM_MAX).then_some(bytes as u32)
 }
 // DeepSeek-V4-Flash's prefill keys fit
-const _: () = assert!((16 * 40 * 20 + 16 * 512 + 640) * 8 <= ATTENTION_MMA_SMEM_MAX);
+const _: () = assert!((16 * 40 * 20 + 16 * 512 + 640) * 8 + 16 * 4 * 8 * 20 * 4 <= ATTENTION_MMA_SMEM_MAX);
 
 impl Dsv4Gpu {
     #[allow(clippy::too_many_arguments)]
@@ -603,15 +614,21 @@ mod tests {
         assert_eq!(define("ATT_MMA_HEADS"), super::ATTENTION_MMA_HEADS);
         assert_eq!(define("ATT_MMA_ROW"), super::ATTENTION_MMA_ROW);
         assert_eq!(define("ATT_GROUPS"), super::ATTENTION_GROUPS);
+        assert_eq!(define("ATT_MMA_AHEAD"), super::ATTENTION_MMA_AHEAD);
+        assert_eq!(define("ATT_MMA_KEY"), super::ATTENTION_MMA_KEY);
+        // the outputs' rings (a slot of 16 keys x 16 values a step) fill the queries' 64 KiB
+        assert_eq!(super::ATTENTION_GROUPS * define("ATT_MMA_OUT_AHEAD") * 16 * 16 * 4, 16 * 512 * 8);
         // a lane's elements of a head (kernels/attention.cu `ATT_Q4` float4s) are one instruction's k
         assert_eq!(define("ATT_Q4") * 128, super::ATTENTION_MMA_DIM);
-        // the Flash prefill's 640 keys: 40 rows a group, 64 KiB of queries, 640 addresses
-        assert_eq!(super::attention_mma_smem(640), Some(16 * 40 * 20 * 8 + 65536 + 640 * 8));
-        // one key past a whole row of each group takes a row more of each
-        assert_eq!(super::attention_mma_smem(641), Some(16 * 41 * 20 * 8 + 65536 + 641 * 8));
+        // the Flash prefill's 640 keys: 40 rows a group, 64 KiB of queries, 640 addresses,
+        // 16 rings of 4 leaves of 8 keys of 20 floats
+        let rings = 16 * 4 * 8 * 20 * 4;
+        assert_eq!(super::attention_mma_smem(640), Some(16 * 40 * 20 * 8 + 65536 + 640 * 8 + rings));
+        // one key past a whole row of each group takes a row more of each, and an address of padding
+        assert_eq!(super::attention_mma_smem(641), Some(16 * 41 * 20 * 8 + 65536 + 642 * 8 + rings));
         let most = (1..4096).take_while(|&k| super::attention_mma_smem(k).is_some()).last().unwrap();
-        assert_eq!(most, 960);
-        assert!(super::attention_mma_smem(961).is_none());
+        assert_eq!(most, 720);
+        assert!(super::attention_mma_smem(721).is_none());
         assert_eq!(super::super::products::dynamic_smem_opt_in("attention_mma"), Some(super::ATTENTION_MMA_SMEM_MAX));
     }
 
