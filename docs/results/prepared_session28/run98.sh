@@ -26,7 +26,7 @@ g $H gate chunks synth:flash-shape,layers=4 --variant fp8 --prompt-len 2176 --wi
 W=$M; awk -v a=$(cat /tmp/m/p1) -v m=$(cat /tmp/m/p2) -v b=$(cat /tmp/m/p3) 'BEGIN { exit !(a < m && b < m) }' && W=$H
 g $W bench roofline --layers 4 --contexts 1024,8192,32768 --prefill 4096 --prefill-reps 1 --out $OUT/roofline_headline.json
 NCU="/usr/local/cuda/bin/ncu --clock-control none --cache-control none --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__pipe_(alu|fma|fp64|shared)_cycles_active\.avg\.pct_of_peak_sustained_active,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum,l1tex__t_sector_hit_rate.pct,lts__t_sector_hit_rate.pct"
-[ $(( $(date +%s) - T0 )) -lt 470 ] && g $NCU --kernel-name hc_site_rows --launch-skip 2 --launch-count 1 \
+[ $(( $(date +%s) - T0 )) -lt 470 ] && g $NCU --kernel-name hc_site_rows --launch-skip 1 --launch-count 1 \
     $H bench roofline --layers 1 --contexts 1024 --prefill 4096 --prefill-reps 1 --steps 3
 echo "end t=$(( $(date +%s) - T0 ))s" >> $R
 grep -hE "^## |rc=|^prefill|^decode|^breakdown|^end|^compare|^chunk gate|rror|anic|H200|stalled|pipe_|inst_executed|issue_active|duration|hit_rate|^  [a-z_]+ \(" $R | cut -c1-300
