@@ -153,6 +153,80 @@ __device__ __forceinline__ float post_stream(const double* __restrict__ m, int h
     return (float)acc;
 }
 
+// hc_site_rows' trees: a warp's 32 values of x' a row of xs (HC_XS_ROW
+// doubles: the 2 of padding put a quarter warp's 8 rows in different
+// banks); fn's rows staged HC_TREE_ROWS at a time in the dynamic shared
+// memory, a row's 32-float groups HC_FS_GROUP floats apart (the same).
+#define HC_XS_ROW 34
+#define HC_TREE_ROWS 24
+#define HC_FS_GROUP 36
+#define HC_FS_ROW (HC_SLICE / 32 * HC_FS_GROUP)
+
+// warp_sum's total of the 32 products g_l x_l (l < 32; g = x where
+// SQUARES), by one thread. The butterfly's adds commute, so every lane ends
+// with the one tree: the pairs a_j = (j, j + 16), then a_j + a_{j + 8},
+// then (j, j + 4), (j, j + 2), (0, 1), here level by level (8 partials
+// live). A float times a float is exact in f64, so a pair's add is one fma
+// of the second product onto the first.
+template <bool SQUARES>
+__device__ __forceinline__ double pair_leaf(const float* g, const double* x, int j) {
+    const double a = SQUARES ? x[j] : (double)g[j], b = SQUARES ? x[j + 16] : (double)g[j + 16];
+    return fma(b, x[j + 16], a * x[j]);
+}
+template <bool SQUARES>
+__device__ __forceinline__ double tree32(const float* g, const double* x) {
+    double p[8];
+    #pragma unroll
+    for (int j = 0; j < 8; j++) p[j] = pair_leaf<SQUARES>(g, x, j);
+    #pragma unroll
+    for (int j = 0; j < 8; j++) p[j] += pair_leaf<SQUARES>(g, x, j + 8);
+    #pragma unroll
+    for (int o = 4; o > 0; o >>= 1) {
+        #pragma unroll
+        for (int j = 0; j < o; j++) p[j] += p[j + o];
+    }
+    return p[0];
+}
+
+// hc_site_rows' slice partials before the warps' sum: red[w][0] = warp_sum
+// of x'^2 over warp w's 32 elements, red[w][1 + u] of row u of fn times
+// x', each by one thread (tree32). xs holds the block's x' (written before
+// the call; the first barrier is here); fn's rows, from element e0 of
+// each, pass through the dynamic shared memory (HC_TREE_ROWS rows, a
+// float4 a thread, coalesced; zeros past width). All threads; the caller
+// syncs before reading red.
+__device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, int width, int e0,
+                                          const double (*xs)[HC_XS_ROW], double (*red)[HC_MIX_MAX + 1]) {
+    constexpr int W = HC_SLICE / 32, Q = HC_SLICE / 4;
+    float* fs = (float*)xs_dyn;
+    const bool vec = (width & 3) == 0 && (((size_t)fn) & 15) == 0;
+    for (int u0 = 0; u0 < max(nm, 1); u0 += HC_TREE_ROWS) {
+        const int rows = min(HC_TREE_ROWS, nm - u0), first = u0 == 0;
+        __syncthreads();  // xs written; the previous rows' trees done
+        for (int q = threadIdx.x; q < rows * Q; q += blockDim.x) {
+            const int u = q / Q, c = q % Q, e = e0 + 4 * c;
+            const float* src = fn + (size_t)(u0 + u) * width + e;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (vec && e + 3 < width) {
+                v = *(const float4*)src;
+            } else {
+                if (e < width) v.x = src[0];
+                if (e + 1 < width) v.y = src[1];
+                if (e + 2 < width) v.z = src[2];
+                if (e + 3 < width) v.w = src[3];
+            }
+            *(float4*)(fs + u * HC_FS_ROW + (c >> 3) * HC_FS_GROUP + 4 * (c & 7)) = v;
+        }
+        __syncthreads();
+        // tree i: warp w = i % W's elements, value j = i / W (x'^2 first, in the first rows)
+        for (int i = threadIdx.x; i < (rows + first) * W; i += blockDim.x) {
+            const int w = i % W, j = i / W - first;
+            if (j < 0) red[w][0] = tree32<true>(nullptr, xs[w]);
+            else red[w][1 + u0 + j] = tree32<false>(fs + j * HC_FS_ROW + w * HC_FS_GROUP, xs[w]);
+        }
+    }
+}
+
 // hc_site reads the first HC_MIX_EARLY rows of fn (all of them for hc <= 4)
 // before it waits for its inputs.
 #define HC_MIX_EARLY 24
@@ -160,7 +234,8 @@ __device__ __forceinline__ float post_stream(const double* __restrict__ m, int h
 // One site's hyper-connection work in one launch: hc_site for one token
 // (decode), hc_site_rows for several (prefill); the same bits. grid (n *
 // slices), block HC_SLICE, dynamic shared memory d floats where norm_w is
-// set. Block b takes token t = b / slices (a token's blocks adjacent, so its
+// set (hc_site_rows: at least min(nm, HC_TREE_ROWS) * HC_FS_ROW floats,
+// its staging of fn; state.rs hc_rows_smem). Block b takes token t = b / slices (a token's blocks adjacent, so its
 // streams are still in L2 when its last block collapses them) and the flat
 // element e = (b % slices) * HC_SLICE + tid of its streams (row rows[t] of
 // x_in, or t where rows is null):
@@ -169,10 +244,11 @@ __device__ __forceinline__ float post_stream(const double* __restrict__ m, int h
 //   which must be another buffer (other blocks still read the old
 //   streams); without, x' is x_in's element (rows only here: the head);
 // - the slice's mix partials [sum x'^2 | fn_0 . x' | ... | fn_{nm-1} . x']
-//   into partials[t, s] (each a warp butterfly, then the warps in order;
-//   hc_site sums 32 values a lane at once with warp_sums32, which holds 32
-//   doubles a thread, and hc_site_rows one at a time with warp_sum, so that
-//   several blocks fit an SM);
+//   into partials[t, s] (each a warp butterfly's bits, then the warps in
+//   order; hc_site sums 32 values a lane at once with warp_sums32, which
+//   holds 32 doubles a thread, and hc_site_rows a warp's sum of a value by
+//   one thread, tree32, without shuffles, so that several blocks fit an
+//   SM);
 // - the last of token t's blocks to finish (an atomic count in done[t],
 //   which that block sets back to 0): pre from the partials summed over
 //   the slices, then the collapsed row sum_j pre_j x'_j into y[t],
@@ -248,13 +324,9 @@ __device__ __forceinline__ void hc_site_body(HC_SITE_PARAMS) {
             if (g + lane <= nm) red[warp][g + lane] = sum;
         }
     } else {
-        const double sq = warp_sum(xv * xv);
-        if (lane == 0) red[warp][0] = sq;
-        #pragma unroll 4
-        for (int u = 0; u < nm; u++) {
-            const double p = warp_sum((double)(in ? fn[(size_t)u * width + e] : 0.0f) * xv);
-            if (lane == 0) red[warp][1 + u] = p;
-        }
+        __shared__ __align__(16) double xs[HC_SLICE / 32][HC_XS_ROW];
+        xs[warp][lane] = xv;
+        mix_trees(fn, nm, width, s * HC_SLICE, xs, red);
     }
     __syncthreads();
     double* part = partials + ((size_t)t * slices + s) * (nm + 1);

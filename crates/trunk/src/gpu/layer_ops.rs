@@ -648,6 +648,66 @@ mod tests {
         assert!(reduce_scatter(&d, &[16, 8, 4, 2, 1], &[]).iter().enumerate().all(|(l, &(k, _))| k == l));
     }
 
+    /// kernels/hc.cu `tree32`: warp_sum's tree of 32 products of floats by
+    /// one thread, level by level, each pair (j, j + 16) one fma of the
+    /// second product onto the first.
+    fn tree32(g: &[f32; 32], x: &[f32; 32]) -> f64 {
+        let leaf = |j: usize| (g[j + 16] as f64).mul_add(x[j + 16] as f64, g[j] as f64 * x[j] as f64);
+        let mut p: [f64; 8] = std::array::from_fn(leaf);
+        for (j, pj) in p.iter_mut().enumerate() {
+            *pj += leaf(j + 8);
+        }
+        for o in [4, 2, 1] {
+            for j in 0..o {
+                p[j] += p[j + o];
+            }
+        }
+        p[0]
+    }
+
+    #[test]
+    fn hc_site_rows_trees_give_the_butterfly_bits() {
+        // hc_site_rows' one-thread sums against warp_sum's butterfly (hc_site's bits) over the
+        // same 32 products of floats, which are exact in f64
+        let mut rng = Rng::new(13, "hc_tree", 32);
+        let mut sequential_differs = false;
+        for _ in 0..4000 {
+            let g: [f32; 32] = std::array::from_fn(|_| spread(&mut rng) as f32);
+            let x: [f32; 32] = std::array::from_fn(|_| spread(&mut rng) as f32);
+            let products: [f64; 32] = std::array::from_fn(|l| g[l] as f64 * x[l] as f64);
+            let want = butterfly(products);
+            assert_eq!(tree32(&g, &x).to_bits(), want.to_bits(), "{g:?} {x:?}");
+            // the squares (the kernel's SQUARES arm)
+            assert_eq!(
+                tree32(&x, &x).to_bits(),
+                butterfly(std::array::from_fn(|l| x[l] as f64 * x[l] as f64)).to_bits()
+            );
+            sequential_differs |= products.iter().sum::<f64>().to_bits() != want.to_bits();
+        }
+        assert!(sequential_differs, "another order never changed a sum: the test has no teeth");
+    }
+
+    #[test]
+    fn hc_site_rows_staging_follows_the_kernel() {
+        let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == "hc.cu").unwrap().1;
+        let define = |name: &str| {
+            let at = src.find(&format!("#define {name} ")).unwrap_or_else(|| panic!("{name}"));
+            src[at..].split_whitespace().nth(2).unwrap().parse::<usize>().ok()
+        };
+        use super::super::state::{hc_rows_smem, HC_FS_ROW, HC_SLICE, HC_TREE_ROWS};
+        assert_eq!(define("HC_SLICE"), Some(HC_SLICE));
+        assert_eq!(define("HC_TREE_ROWS"), Some(HC_TREE_ROWS));
+        assert_eq!(define("HC_FS_GROUP").map(|g| HC_SLICE / 32 * g), Some(HC_FS_ROW));
+        // Flash: 24 mixes a site (27 KiB of fn, more than a 4096-float row), 4 at the head
+        assert_eq!(hc_rows_smem(24, 4096, true), 24 * 8 * 36 * 4);
+        assert_eq!(hc_rows_smem(4, 4096, true), 4096 * 4);
+        assert_eq!(hc_rows_smem(4, 4096, false), 4 * 8 * 36 * 4);
+        // eight streams (80 mixes) stage 24 rows at a time; with the static 8 KiB it stays
+        // under the 48 KiB a launch takes without opting in
+        assert_eq!(hc_rows_smem(80, 4096, true), 24 * 8 * 36 * 4);
+        assert!(hc_rows_smem(80, 7168, true) + 8192 <= 48 * 1024);
+    }
+
     /// kernels/indexer.cu `order_key`: doubles to u64 in their total order.
     fn order_key(f: f64) -> u64 {
         let b = f.to_bits();

@@ -10,7 +10,7 @@ use anyhow::Result;
 
 use super::device::Gpu;
 use super::forward::{Dsv4Gpu, Fault, Pass};
-use super::state::{hc_slices, GpuState, Scratch, HC_SLICE};
+use super::state::{hc_rows_smem, hc_slices, GpuState, Scratch, HC_SLICE};
 use super::weights::{DevHc, DevLayer};
 use crate::launch;
 
@@ -93,10 +93,15 @@ impl Dsv4Gpu {
         debug_assert!(site.post.is_none_or(|p| p.from != site.x), "hc_site's post must not write in place");
         let post = site.post.unwrap_or(Post { from: site.x, out: 0, moe: None, mix: 0 });
         let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
-        let smem = if site.norm.is_some() { (d * 4) as u32 } else { 0 };
-        // one token: hc_site, the mixes summed 32 a lane at once; several: hc_site_rows, one at a time in
-        // fewer registers (several blocks an SM); the same bits
-        let kernel = if n == 1 { "hc_site" } else { "hc_site_rows" };
+        // one token: hc_site, the mixes summed 32 a lane at once; several: hc_site_rows, each warp's sum
+        // of a value by one thread from fn's rows staged in shared memory (several blocks an SM); the same
+        // bits
+        let (kernel, smem) = if n == 1 {
+            ("hc_site", if site.norm.is_some() { d * 4 } else { 0 })
+        } else {
+            ("hc_site_rows", hc_rows_smem(site.nm, d, site.norm.is_some()))
+        };
+        let smem = smem as u32;
         launch!(g, kernel, Gpu::cfg(((n * hc_slices(hc, d)) as u32, 1, 1), HC_SLICE as u32, smem);
             post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
             site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr, hcw.scale.ptr,

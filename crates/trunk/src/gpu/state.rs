@@ -84,6 +84,20 @@ pub fn hc_slices(hc: usize, d: usize) -> usize {
     (hc * d).div_ceil(HC_SLICE)
 }
 
+/// Rows of `fn` that `hc_site_rows` stages at a time in its dynamic shared
+/// memory (kernels/hc.cu `HC_TREE_ROWS`), and the floats a staged row
+/// takes (`HC_FS_ROW`: a warp's 32 floats in a group of `HC_FS_GROUP` =
+/// 36).
+pub const HC_TREE_ROWS: usize = 24;
+pub const HC_FS_ROW: usize = HC_SLICE / 32 * 36;
+
+/// The dynamic shared memory of `hc_site_rows` with `nm` mixes: the staged
+/// rows of `fn`, or the collapsed row (`d` floats) where the site
+/// normalizes it, whichever is more (the last block reuses the staging).
+pub fn hc_rows_smem(nm: usize, d: usize, norm: bool) -> usize {
+    (nm.min(HC_TREE_ROWS) * HC_FS_ROW * 4).max(if norm { d * 4 } else { 0 })
+}
+
 /// Rows of logits computed per head launch.
 pub const LOGIT_ROWS: usize = 64;
 
