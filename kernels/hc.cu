@@ -188,36 +188,48 @@ __device__ __forceinline__ double tree32(const float* g, const double* x) {
     return p[0];
 }
 
+// Rows u0 .. u0 + rows - 1 of fn, from element e0 of each, into the
+// dynamic shared memory (a row HC_FS_ROW floats, its 32-float groups
+// HC_FS_GROUP apart): a float4 a thread, coalesced, by cp.async (plain
+// loads past width or unaligned, zeros past width), one group committed.
+// The caller waits (copy_async_wait_all) and syncs before reading them.
+__device__ __forceinline__ void stage_fn_rows(const float* __restrict__ fn, int u0, int rows, int width, int e0) {
+    constexpr int Q = HC_SLICE / 4;
+    float* fs = (float*)xs_dyn;
+    const bool vec = (width & 3) == 0 && (((size_t)fn) & 15) == 0;
+    for (int q = threadIdx.x; q < rows * Q; q += blockDim.x) {
+        const int u = q / Q, c = q % Q, e = e0 + 4 * c;
+        const float* src = fn + (size_t)(u0 + u) * width + e;
+        float* dst = fs + u * HC_FS_ROW + (c >> 3) * HC_FS_GROUP + 4 * (c & 7);
+        if (vec && e + 3 < width) {
+            copy_async16(dst, src);
+        } else {
+            #pragma unroll
+            for (int m = 0; m < 4; m++) dst[m] = e + m < width ? src[m] : 0.0f;
+        }
+    }
+    copy_async_commit();
+}
+
 // hc_site_rows' slice partials before the warps' sum: red[w][0] = warp_sum
 // of x'^2 over warp w's 32 elements, red[w][1 + u] of row u of fn times
 // x', each by one thread (tree32). xs holds the block's x' (written before
-// the call; the first barrier is here); fn's rows, from element e0 of
-// each, pass through the dynamic shared memory (HC_TREE_ROWS rows, a
-// float4 a thread, coalesced; zeros past width). All threads; the caller
-// syncs before reading red.
+// the call; the first barrier is here); fn's rows pass through the dynamic
+// shared memory HC_TREE_ROWS at a time (stage_fn_rows), the first of them
+// staged by the caller before its wait for its inputs. All threads; the
+// caller syncs before reading red.
 __device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, int width, int e0,
                                           const double (*xs)[HC_XS_ROW], double (*red)[HC_MIX_MAX + 1]) {
-    constexpr int W = HC_SLICE / 32, Q = HC_SLICE / 4;
-    float* fs = (float*)xs_dyn;
-    const bool vec = (width & 3) == 0 && (((size_t)fn) & 15) == 0;
+    constexpr int W = HC_SLICE / 32;
+    const float* fs = (const float*)xs_dyn;
     for (int u0 = 0; u0 < max(nm, 1); u0 += HC_TREE_ROWS) {
         const int rows = min(HC_TREE_ROWS, nm - u0), first = u0 == 0;
-        __syncthreads();  // xs written; the previous rows' trees done
-        for (int q = threadIdx.x; q < rows * Q; q += blockDim.x) {
-            const int u = q / Q, c = q % Q, e = e0 + 4 * c;
-            const float* src = fn + (size_t)(u0 + u) * width + e;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (vec && e + 3 < width) {
-                v = *(const float4*)src;
-            } else {
-                if (e < width) v.x = src[0];
-                if (e + 1 < width) v.y = src[1];
-                if (e + 2 < width) v.z = src[2];
-                if (e + 3 < width) v.w = src[3];
-            }
-            *(float4*)(fs + u * HC_FS_ROW + (c >> 3) * HC_FS_GROUP + 4 * (c & 7)) = v;
+        if (!first) {
+            __syncthreads();  // the previous rows' trees done
+            stage_fn_rows(fn, u0, rows, width, e0);
         }
-        __syncthreads();
+        copy_async_wait_all();
+        __syncthreads();  // xs written, the rows staged
         // tree i: warp w = i % W's elements, value j = i / W (x'^2 first, in the first rows)
         for (int i = threadIdx.x; i < (rows + first) * W; i += blockDim.x) {
             const int w = i % W, j = i / W - first;
@@ -235,8 +247,9 @@ __device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, 
 // (decode), hc_site_rows for several (prefill); the same bits. grid (n *
 // slices), block HC_SLICE, dynamic shared memory d floats where norm_w is
 // set (hc_site_rows: at least min(nm, HC_TREE_ROWS) * HC_FS_ROW floats,
-// its staging of fn; state.rs hc_rows_smem). Block b takes token t = b / slices (a token's blocks adjacent, so its
-// streams are still in L2 when its last block collapses them) and the flat
+// its staging of fn; state.rs hc_rows_smem). Block b takes token t = b /
+// slices (a token's blocks adjacent, so its streams are still in L2 when
+// its last block collapses them) and the flat
 // element e = (b % slices) * HC_SLICE + tid of its streams (row rows[t] of
 // x_in, or t where rows is null):
 // - with mix_prev (the site before's mixes): the post of the block before
@@ -285,6 +298,9 @@ __device__ __forceinline__ void hc_site_body(HC_SITE_PARAMS) {
         for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + e] : 0.0f;
         if (tid < hc) b = base[tid], s0 = scale[0];
         norm_weight_early(norm_w, d, nw);
+    } else {
+        // hc_site_rows: fn's first rows on their way to shared memory while the post loads
+        stage_fn_rows(fn, 0, min(nm, HC_TREE_ROWS), width, s * HC_SLICE);
     }
     await_inputs();
     const size_t row = rows ? (size_t)rows[t] : (size_t)t;
