@@ -249,9 +249,9 @@ __device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, 
 // set (hc_site_rows: at least min(nm, HC_TREE_ROWS) * HC_FS_ROW floats,
 // its staging of fn; state.rs hc_rows_smem). Block b takes token t = b /
 // slices (a token's blocks adjacent, so its streams are still in L2 when
-// its last block collapses them) and the flat
-// element e = (b % slices) * HC_SLICE + tid of its streams (row rows[t] of
-// x_in, or t where rows is null):
+// its last block collapses them) and the flat element e = (b % slices) *
+// HC_SLICE + tid of its streams (row rows[t] of x_in, or t where rows is
+// null):
 // - with mix_prev (the site before's mixes): the post of the block before
 //   (out, slots, k, skip_shared as block_output) from x_in into x_out,
 //   which must be another buffer (other blocks still read the old

@@ -580,6 +580,13 @@ mod tests {
         assert!(other_order_differs, "a different pairing never changed a sum: the test has no teeth");
     }
 
+    /// The value of `#define name N` in kernels/`file` (a number).
+    fn kernel_define(file: &str, name: &str) -> usize {
+        let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == file).unwrap().1;
+        let at = src.find(&format!("#define {name} ")).unwrap_or_else(|| panic!("{file}: {name}"));
+        src[at..].split_whitespace().nth(2).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{file}: {name}"))
+    }
+
     fn spread(rng: &mut Rng) -> f64 {
         let sign = if rng.next_u64() & 1 == 0 { 1.0 } else { -1.0 };
         let exp = (rng.next_u64() % 61) as i32 - 30;
@@ -606,11 +613,7 @@ mod tests {
 
     #[test]
     fn attention_mma_layout_follows_the_kernel() {
-        let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == "attention.cu").unwrap().1;
-        let define = |name: &str| {
-            let at = src.find(&format!("#define {name} ")).unwrap_or_else(|| panic!("{name}"));
-            src[at..].split_whitespace().nth(2).unwrap().parse::<usize>().unwrap()
-        };
+        let define = |name: &str| kernel_define("attention.cu", name);
         assert_eq!(define("ATT_MMA_HEADS"), super::ATTENTION_MMA_HEADS);
         assert_eq!(define("ATT_MMA_ROW"), super::ATTENTION_MMA_ROW);
         assert_eq!(define("ATT_GROUPS"), super::ATTENTION_GROUPS);
@@ -689,15 +692,11 @@ mod tests {
 
     #[test]
     fn hc_site_rows_staging_follows_the_kernel() {
-        let src = super::super::nvrtc::SOURCES.iter().find(|(n, _)| *n == "hc.cu").unwrap().1;
-        let define = |name: &str| {
-            let at = src.find(&format!("#define {name} ")).unwrap_or_else(|| panic!("{name}"));
-            src[at..].split_whitespace().nth(2).unwrap().parse::<usize>().ok()
-        };
+        let define = |name: &str| kernel_define("hc.cu", name);
         use super::super::state::{hc_rows_smem, HC_FS_ROW, HC_SLICE, HC_TREE_ROWS};
-        assert_eq!(define("HC_SLICE"), Some(HC_SLICE));
-        assert_eq!(define("HC_TREE_ROWS"), Some(HC_TREE_ROWS));
-        assert_eq!(define("HC_FS_GROUP").map(|g| HC_SLICE / 32 * g), Some(HC_FS_ROW));
+        assert_eq!(define("HC_SLICE"), HC_SLICE);
+        assert_eq!(define("HC_TREE_ROWS"), HC_TREE_ROWS);
+        assert_eq!(HC_SLICE / 32 * define("HC_FS_GROUP"), HC_FS_ROW);
         // Flash: 24 mixes a site (27 KiB of fn, more than a 4096-float row), 4 at the head
         assert_eq!(hc_rows_smem(24, 4096, true), 24 * 8 * 36 * 4);
         assert_eq!(hc_rows_smem(4, 4096, true), 4096 * 4);
