@@ -4,7 +4,9 @@
 # kernel but HCA's compressor; decode 1k, 1 step, is profiled too and summed apart): duration and executed
 # instructions a launch, as CSV, then a table by kernel name (launches, total ms, share of the prefill's kernel
 # time) from the launches after the decode step's. The kernels run one at a time under the profiler, so the table
-# gives each kernel's own time, not the overlap of the branches (the shared expert, the compressors).
+# gives each kernel's own time, not the overlap of the branches (the shared expert, the compressors). Then the
+# per-instruction executed counts and sampled stalls of expert_gate_up_mma and linear_mma (CSV), for the next step
+# on the experts (192 ms) and the dense products (157 ms), which run at 40-49% of the FP64 tensor pipe.
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 M=${MEMRA:-target/device/memra}
@@ -36,7 +38,19 @@ print(f"{'kernel':32} {'launches':>8} {'ms':>9} {'share':>6} {'Ginst':>8}")
 for name, b in sorted(by.items(), key=lambda kv: -kv[1][1]):
     print(f"{name:32} {b[0]:8d} {b[1]:9.3f} {100 * b[1] / total:5.1f}% {b[2] / 1e9:8.3f}")
 PY
+# then the tensor-core kernels' hot instructions: executed counts and sampled stalls of each SASS instruction of the
+# routed experts' gate/up kernel and of linear_mma (their first launch of a 1-layer prefill), as CSV
+i=0
+for k in expert_gate_up_mma linear_mma; do
+  i=$((i + 1))
+  [ $(( $(date +%s) - T0 )) -lt 480 ] || break
+  timeout 150 /usr/local/cuda/bin/ncu --clock-control none --section SourceCounters --section WarpStateStats \
+    -o /tmp/m/k$i --kernel-name $k --launch-count 1 \
+    $M bench roofline --layers 1 --contexts 1024 --steps 1 --prefill 4096 --prefill-reps 1 >> $R 2>&1 && \
+  /usr/local/cuda/bin/ncu --import /tmp/m/k$i.ncu-rep --page source --csv --print-source sass > $OUT/${k}_sass.csv 2>> $R
+  echo "ncu $k rc=$? t=$(( $(date +%s) - T0 ))s" >> $R
+done
 echo "end t=$(( $(date +%s) - T0 ))s" >> $R
-cat $R | cut -c1-200
+grep -vE "^(prefill|decode|breakdown|vram|case|ceilings|==PROF==)" $R | cut -c1-200
 # build: main -> target/device/memra (cargo build --release -p memra; strip -o)
 # carry: ["target/device/memra"]; run: bash docs/results/prepared_session28/run101.sh; timeout_s 595
