@@ -12,7 +12,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 M=${MEMRA:-target/device/memra}
 R=$OUT/run101.txt; T0=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> $R
-timeout 500 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --csv --print-units base \
+timeout 300 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --csv --print-units base \
   --metrics gpu__time_duration.sum,smsp__inst_executed.sum \
   $M bench roofline --layers 2 --contexts 1024 --steps 1 --prefill 4096 --prefill-reps 1 > $OUT/prefill_kernels.csv 2>> $R
 echo "ncu rc=$? t=$(( $(date +%s) - T0 ))s" >> $R
@@ -43,7 +43,7 @@ PY
 i=0
 for k in expert_gate_up_mma linear_mma; do
   i=$((i + 1))
-  [ $(( $(date +%s) - T0 )) -lt 480 ] || break
+  [ $(( $(date +%s) - T0 )) -lt 420 ] || break
   timeout 150 /usr/local/cuda/bin/ncu --clock-control none --section SourceCounters --section WarpStateStats \
     -o /tmp/m/k$i --kernel-name $k --launch-count 1 \
     $M bench roofline --layers 1 --contexts 1024 --steps 1 --prefill 4096 --prefill-reps 1 >> $R 2>&1 && \
