@@ -76,10 +76,12 @@ pub fn open_model(path: &Path, arm: ExpertArm) -> Result<LoadedModel> {
 }
 
 /// A synthetic model generated in memory from an address
-/// `PRESET[,layers=N][,seed=S][,dspark][,shared-quantized]` (what follows
-/// `synth:`), e.g. `synth:flash-shape,layers=43,shared-quantized`: the
-/// weights `memra synth` would write for the same preset, seed and flags,
-/// without a checkpoint on disk. `shared-quantized` draws each FP8/FP4
+/// `PRESET[,layers=N][,seed=S][,hc=H][,dspark][,shared-quantized]` (what
+/// follows `synth:`), e.g. `synth:flash-shape,layers=43,shared-quantized`:
+/// the weights `memra synth` would write for the same preset, seed and
+/// flags, without a checkpoint on disk. `hc=H` gives the preset H
+/// hyper-connection streams instead of its 4 (the kernels' paths for wider
+/// mixes: more than 24 mixes a site from 5 streams). `shared-quantized` draws each FP8/FP4
 /// tensor once per attention kind and shares it between layers
 /// (`MemSource::official_sharing_quantized`), for shapes too deep to
 /// generate in full. The identity hash covers the address and the config
@@ -104,17 +106,24 @@ pub fn synthetic_model(addr: &str, arm: ExpertArm) -> Result<LoadedModel> {
 pub fn parse_synth_address(addr: &str) -> Result<(Synth, bool)> {
     let mut parts = addr.split(',');
     let preset = parts.next().unwrap_or_default();
-    let (mut layers, mut seed, mut dspark, mut shared) = (None, 0u64, false, false);
+    let (mut layers, mut seed, mut hc, mut dspark, mut shared) = (None, 0u64, None, false, false);
     for p in parts {
         match p.split_once('=') {
             Some(("layers", v)) => layers = Some(v.parse().with_context(|| format!("synth:{addr}: layers `{v}`"))?),
             Some(("seed", v)) => seed = v.parse().with_context(|| format!("synth:{addr}: seed `{v}`"))?,
+            Some(("hc", v)) => {
+                let h = v.parse::<usize>().ok().filter(|&h| h > 0);
+                hc = Some(h.with_context(|| format!("synth:{addr}: hc `{v}` (a positive count of streams)"))?);
+            }
             None if p == "dspark" => dspark = true,
             None if p == "shared-quantized" => shared = true,
-            _ => bail!("synth:{addr}: unknown part `{p}` (layers=N, seed=S, dspark, shared-quantized)"),
+            _ => bail!("synth:{addr}: unknown part `{p}` (layers=N, seed=S, hc=H, dspark, shared-quantized)"),
         }
     }
     let mut s = Synth::new(Preset::parse(preset, layers)?, seed);
+    if let Some(h) = hc {
+        s.config.hc_mult = h;
+    }
     if dspark {
         s = s.with_dspark();
     }

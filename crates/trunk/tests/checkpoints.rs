@@ -287,7 +287,16 @@ fn synth_addresses() {
     assert!(logits_of(sq.weights.clone(), Variant::Exact).iter().all(|v| v.is_finite()));
     let ds = open_model(Path::new("synth:tiny,dspark"), ExpertArm::Native).unwrap();
     assert!(ds.config().dspark.is_some());
+    // six streams: 48 mixes a site (two of hc_site_rows' stagings, two of hc_site's rounds of 32)
+    let h6 = open_model(Path::new("synth:tiny,seed=3,hc=6"), ExpertArm::Native).unwrap();
+    assert_eq!(h6.config().hc_mult, 6);
+    assert_ne!(h6.sha256, m.sha256);
+    let l6 = logits_of(h6.weights.clone(), Variant::Exact);
+    assert!(l6.iter().all(|v| v.is_finite()));
+    assert_ne!(l6, logits_of(m.weights.clone(), Variant::Exact));
     for (addr, want) in [
+        ("synth:tiny,hc=0", "hc `0`"),
+        ("synth:tiny,hc=many", "hc `many`"),
         ("synth:tiny,seed=x", "seed `x`"),
         ("synth:tiny,color=red", "unknown part"),
         ("synth:huge", "unknown preset"),
