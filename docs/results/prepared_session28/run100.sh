@@ -8,7 +8,7 @@
 # Nsight Compute (run 4) had hc_site_rows issuing on 80% of its cycles (so fewer instructions should be less time)
 # and stalled on membar 0.8 an issue.
 # Exactness first (the flash-shape chunk gates exact, compare small exact, for L and F; compare and chunks on
-# synth:small,hc=6 for M and F), then rooflines L, M, F, L, F
+# synth:tiny,hc=6 and synth:small,hc=6 for M and F), then rooflines L, M, F, L, F
 # (prefill 4096 and decode 1k), then Nsight Compute on L's hc_site_rows: the usual metrics, and the per-instruction
 # executed counts (SourceCounters) as CSV, to see where the rest of its instructions go.
 set -u
@@ -23,11 +23,13 @@ for b in $L $F; do
   g $b gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 2176 --widths 256 --out /tmp/m/chunks_flash4.json
   g $b gate compare /tmp/m/small --variant exact --prompt-len 160
 done
-# six hyper-connection streams (48 mixes a site: hc_site_rows stages fn twice, hc_site sums two rounds of 32; width
-# 6 d leaves a slice partly past the streams): never run on a GPU before, main's kernels included
+# six hyper-connection streams (48 mixes a site: hc_site_rows stages fn twice, hc_site sums two rounds of 32; on
+# tiny, width 6 x 64 leaves the second slice half past the streams): never run on a GPU before, main's kernels included
 for b in $M $F; do
-  g $b gate compare synth:small,hc=6 --variant exact --prompt-len 160
-  g $b gate chunks synth:small,hc=6 --variant exact --prompt-len 160 --out /tmp/m/chunks_small_hc6.json
+  for p in tiny small; do
+    g $b gate compare synth:$p,hc=6 --variant exact --prompt-len 160
+    g $b gate chunks synth:$p,hc=6 --variant exact --prompt-len 160 --out /tmp/m/chunks_${p}_hc6.json
+  done
 done
 for b in $L $M $F $L $F; do
   g $b bench roofline --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
