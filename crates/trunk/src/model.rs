@@ -81,11 +81,11 @@ pub fn open_model(path: &Path, arm: ExpertArm) -> Result<LoadedModel> {
 /// the weights `memra synth` would write for the same preset, seed and
 /// flags, without a checkpoint on disk. `hc=H` gives the preset H
 /// hyper-connection streams instead of its 4 (the kernels' paths for wider
-/// mixes: more than 24 mixes a site from 5 streams). `shared-quantized` draws each FP8/FP4
-/// tensor once per attention kind and shares it between layers
-/// (`MemSource::official_sharing_quantized`), for shapes too deep to
-/// generate in full. The identity hash covers the address and the config
-/// (the generator is deterministic), not the tensors' bytes.
+/// mixes: more than 24 mixes a site from 5 streams). `shared-quantized`
+/// draws each FP8/FP4 tensor once per attention kind and shares it between
+/// layers (`MemSource::official_sharing_quantized`), for shapes too deep
+/// to generate in full. The identity hash covers the address and the
+/// config (the generator is deterministic), not the tensors' bytes.
 pub fn synthetic_model(addr: &str, arm: ExpertArm) -> Result<LoadedModel> {
     let (s, shared) = parse_synth_address(addr)?;
     let src = if shared { crate::synth::write::MemSource::official_sharing_quantized(&s)? } else { in_memory(&s)? };
