@@ -85,11 +85,12 @@ pub fn hc_slices(hc: usize, d: usize) -> usize {
 }
 
 /// Rows of `fn` that `hc_site_rows` stages at a time in its dynamic shared
-/// memory (kernels/hc.cu `HC_TREE_ROWS`), and the floats a staged row
-/// takes (`HC_FS_ROW`: a warp's 32 floats in a group of `HC_FS_GROUP` =
-/// 36).
+/// memory (kernels/hc.cu `HC_TREE_ROWS`), the floats of a warp's 32 in a
+/// staged row (`HC_FS_GROUP`: 4 of padding) and the floats a staged row
+/// takes (`HC_FS_ROW`).
 pub const HC_TREE_ROWS: usize = 24;
-pub const HC_FS_ROW: usize = HC_SLICE / 32 * 36;
+pub const HC_FS_GROUP: usize = 36;
+pub const HC_FS_ROW: usize = HC_SLICE / 32 * HC_FS_GROUP;
 
 /// The dynamic shared memory of `hc_site_rows` with `nm` mixes: the staged
 /// rows of `fn`, or the collapsed row (`d` floats) where the site
