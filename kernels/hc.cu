@@ -194,16 +194,17 @@ __device__ __forceinline__ double tree32(const float* g, const double* x) {
 // loads past width or unaligned, zeros past width), one group committed.
 // The caller waits (copy_async_wait_all) and syncs before reading them.
 __device__ __forceinline__ void stage_fn_rows(const float* __restrict__ fn, int u0, int rows, int width, int e0) {
-    constexpr int Q = HC_SLICE / 4;
-    float* fs = (float*)xs_dyn;
-    const bool vec = (width & 3) == 0 && (((size_t)fn) & 15) == 0;
-    for (int q = threadIdx.x; q < rows * Q; q += blockDim.x) {
-        const int u = q / Q, c = q % Q, e = e0 + 4 * c;
-        const float* src = fn + (size_t)(u0 + u) * width + e;
-        float* dst = fs + u * HC_FS_ROW + (c >> 3) * HC_FS_GROUP + 4 * (c & 7);
-        if (vec && e + 3 < width) {
-            copy_async16(dst, src);
-        } else {
+    // thread tid copies float4 c = tid % Q of rows tid / Q, tid / Q + R, ... (the block is HC_SLICE threads)
+    constexpr int Q = HC_SLICE / 4, R = HC_SLICE / Q;
+    const int c = threadIdx.x % Q, e = e0 + 4 * c;
+    const float* src = fn + (size_t)(u0 + threadIdx.x / Q) * width + e;
+    float* dst = (float*)xs_dyn + threadIdx.x / Q * HC_FS_ROW + (c >> 3) * HC_FS_GROUP + 4 * (c & 7);
+    const bool whole = (width & 3) == 0 && (((size_t)fn) & 15) == 0 && e + 3 < width;
+    const size_t step = (size_t)R * width;
+    if (whole) {
+        for (int u = threadIdx.x / Q; u < rows; u += R, src += step, dst += R * HC_FS_ROW) copy_async16(dst, src);
+    } else {
+        for (int u = threadIdx.x / Q; u < rows; u += R, src += step, dst += R * HC_FS_ROW) {
             #pragma unroll
             for (int m = 0; m < 4; m++) dst[m] = e + m < width ? src[m] : 0.0f;
         }
