@@ -392,8 +392,9 @@ extern "C" __global__ void __launch_bounds__(256) expert_down_groups(
 // again), then each warp takes tiles of rows. Every sum is the group
 // kernels' and the per-pair kernels', so the outputs do not depend on the
 // kernel. grid (blocks, min(ngroups, 65535)), block 384 (linear_mma's),
-// dynamic smem MMA_PAIRS * mma_stride(cols) floats, then each thread's
-// stack (16 doubles, mma_pair_push).
+// dynamic smem MMA_PAIRS * mma_stride(cols, wide) values (f64 for W2's
+// pairs where mma_wide(cols), else f32), then each thread's stack (16
+// doubles, mma_pair_push).
 //
 // expert_gate_up_mma: warp w takes intermediate rows i0 = 8 (x * warps + w)
 // .. i0 + 7, then i0 plus 8 times the grid's warps, ...: a tile's rows g and
@@ -402,14 +403,13 @@ extern "C" __global__ void __launch_bounds__(256) expert_down_groups(
 template <int FMT>
 __device__ __forceinline__ void gate_up_mma(const Mat& w1, const Mat& w3, const float* x, int d, const double* wts,
                                             int k, const int* tp, int nt, float lim, int inter, float* h) {
-    float* xs = (float*)xs_dyn;
-    double* st = (double*)(xs + MMA_PAIRS * mma_stride(d)) + threadIdx.x;
+    double* st = mma_pairs_stack(d, false);
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    stage_mma_pairs([&](int t) { return x + (size_t)(tp[t] / k) * d; }, d, nt, xs);
+    stage_mma_pairs<FMT>([&](int t) { return x + (size_t)(tp[t] / k) * d; }, d, nt, false);
     for (int i0 = 8 * (blockIdx.x * warps + (threadIdx.x >> 5)); i0 < inter; i0 += 8 * gridDim.x * warps) {
         const int i = min(i0 + g, inter - 1);
         double out[4];
-        mma_tile_dots<FMT>(row_ref<FMT>(w1, i), row_ref<FMT>(w3, i), d, xs, st, out);
+        mma_tile_dots<FMT, false>(row_ref<FMT>(w1, i), row_ref<FMT>(w3, i), d, MmaPairsF32<FMT>::at(d), st, out);
         #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int t = 2 * q + u;
@@ -438,14 +438,13 @@ extern "C" __global__ void __launch_bounds__(384) expert_gate_up_mma(
 template <int FMT>
 __device__ __forceinline__ void down_mma(const Mat& w2, const float* h, int inter, const int* tp, int nt, int d,
                                          float* out) {
-    float* xs = (float*)xs_dyn;
-    double* st = (double*)(xs + MMA_PAIRS * mma_stride(inter)) + threadIdx.x;
+    double* st = mma_pairs_stack(inter, mma_wide(inter));
     const int warps = blockDim.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    stage_mma_pairs([&](int t) { return h + (size_t)tp[t] * inter; }, inter, nt, xs);
+    stage_mma_pairs<FMT>([&](int t) { return h + (size_t)tp[t] * inter; }, inter, nt, mma_wide(inter));
     for (int j0 = MMA_ROWS * (blockIdx.x * warps + (threadIdx.x >> 5)); j0 < d; j0 += MMA_ROWS * gridDim.x * warps) {
         double sums[4];
-        mma_tile_dots<FMT>(row_ref<FMT>(w2, min(j0 + g, d - 1)), row_ref<FMT>(w2, min(j0 + g + 8, d - 1)), inter, xs,
-                           st, sums);
+        mma_tile_dots_down<FMT>(row_ref<FMT>(w2, min(j0 + g, d - 1)), row_ref<FMT>(w2, min(j0 + g + 8, d - 1)), inter,
+                                st, sums);
         #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int t = 2 * q + (i & 1), r = j0 + g + 8 * (i >> 1);

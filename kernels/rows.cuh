@@ -560,31 +560,98 @@ __device__ __forceinline__ int mma_rounds(int tiles, int first, int stride) {
 // Pairs of a group (the mma's n; gpu/products.rs `MMA_PAIRS`).
 #define MMA_PAIRS 8
 
-// Floats between two staged tokens: the row and 16 of padding, so that a
-// tile's 8 tokens' 16-byte reads of one slab take 4 wavefronts, the fewest.
-__device__ __forceinline__ int mma_stride(int cols) { return cols + 16; }
+// W2's pairs (expert_down_mma), where their rows have at most
+// MMA_WIDE_COLS values, are staged as f64, already scaled (gpu/products.rs
+// `MMA_WIDE_COLS`): their 8 rows and the threads' stacks fit the shared
+// memory the kernels opt in to, and the tile reads its B fragments as they
+// go into the instruction. Other pairs are staged as f32, each value
+// converted and scaled where the tile reads it: W1's and W3's (the hidden
+// size: 4096 at DeepSeek-V4-Flash's widths, more than fits as f64; with
+// the f64 path beside it, ptxas gave expert_gate_up_mma's f32 path other
+// registers, and constant stack offsets made it slower: perf.md, twenty-ninth
+// session), and longer rows of W2.
+#define MMA_WIDE_COLS 2048
 
-// Stage MMA_PAIRS rows of `cols` f32 values (cols a multiple of 16, rows
-// 16-byte aligned; token t's row at row(t), the last again past nt) for
-// mma_tile_dots: token t at xs + t * mma_stride(cols), value j of each 16
-// at position (j % 4) * 4 + j / 4 of its 16, so that a thread's B fragment
-// (values q, q + 4, q + 8, q + 12 of a slab) is one 16-byte read. Every
-// thread of the block, then the barrier.
-template <class Row>
-__device__ __forceinline__ void stage_mma_pairs(Row row, int cols, int nt, float* xs) {
-    const int slabs = cols >> 4, stride = mma_stride(cols);
+__device__ __forceinline__ bool mma_wide(int cols) { return cols <= MMA_WIDE_COLS; }
+
+// Values between two staged tokens: the row and its padding (2 doubles, or
+// 16 floats), so that a tile's 8 tokens' 16-byte reads of one slab take the
+// fewest wavefronts.
+__device__ __forceinline__ int mma_stride(int cols, bool wide) { return wide ? cols + 2 : cols + 16; }
+
+// This thread's stack of subtrees (mma_pair_push), after the staged pairs.
+__device__ __forceinline__ double* mma_pairs_stack(int cols, bool wide) {
+    return (double*)((char*)xs_dyn + MMA_PAIRS * mma_stride(cols, wide) * (wide ? 8 : 4)) + threadIdx.x;
+}
+
+// Stage MMA_PAIRS rows of `cols` values (cols a multiple of 16, rows
+// 16-byte aligned; token t's row at row(t), the last again past nt) in the
+// dynamic shared memory for mma_tile_dots: token t at t * mma_stride(cols),
+// value j of each 16 at position (j % 4) * 4 + j / 4 of its 16, so that a
+// thread's B fragment (values q, q + 4, q + 8, q + 12 of a slab) is
+// contiguous; as f64 times 2^(P - 127) (stage_row's scale) if `wide`,
+// else as f32. Every thread of the block, then the barrier.
+template <int FMT, class Row>
+__device__ __forceinline__ void stage_mma_pairs(Row row, int cols, int nt, bool wide) {
+    const int slabs = cols >> 4, stride = mma_stride(cols, wide);
+    const double xscale = pow2d(Code<FMT>::P - 127);
     for (int i = threadIdx.x; i < MMA_PAIRS * slabs; i += blockDim.x) {
         const int t = i / slabs, s = i - t * slabs;
         const float4* src = (const float4*)(row(min(t, nt - 1)) + 16 * s);
         const float4 v0 = src[0], v1 = src[1], v2 = src[2], v3 = src[3];
-        float4* dst = (float4*)(xs + (size_t)t * stride + 16 * s);
-        dst[0] = make_float4(v0.x, v1.x, v2.x, v3.x);
-        dst[1] = make_float4(v0.y, v1.y, v2.y, v3.y);
-        dst[2] = make_float4(v0.z, v1.z, v2.z, v3.z);
-        dst[3] = make_float4(v0.w, v1.w, v2.w, v3.w);
+        if (wide) {
+            double2* dst = (double2*)(xs_dyn + (size_t)t * stride + 16 * s);
+            const float v[4][4] = {{v0.x, v1.x, v2.x, v3.x}, {v0.y, v1.y, v2.y, v3.y},
+                                   {v0.z, v1.z, v2.z, v3.z}, {v0.w, v1.w, v2.w, v3.w}};
+            #pragma unroll
+            for (int r = 0; r < 4; r++) {
+                dst[2 * r] = make_double2((double)v[r][0] * xscale, (double)v[r][1] * xscale);
+                dst[2 * r + 1] = make_double2((double)v[r][2] * xscale, (double)v[r][3] * xscale);
+            }
+        } else {
+            float4* dst = (float4*)((float*)xs_dyn + (size_t)t * stride + 16 * s);
+            dst[0] = make_float4(v0.x, v1.x, v2.x, v3.x);
+            dst[1] = make_float4(v0.y, v1.y, v2.y, v3.y);
+            dst[2] = make_float4(v0.z, v1.z, v2.z, v3.z);
+            dst[3] = make_float4(v0.w, v1.w, v2.w, v3.w);
+        }
     }
     __syncthreads();
 }
+
+// A thread's B fragment of slab s (values q, q + 4, q + 8, q + 12 of its
+// token g, scaled): from pairs staged as f64 (x: the token's row plus 4 q) ...
+struct MmaPairsWide {
+    const double* x;
+    static __device__ __forceinline__ MmaPairsWide at(int cols) {
+        const int lane = threadIdx.x & 31;
+        return {xs_dyn + (lane >> 2) * mma_stride(cols, true) + 4 * (lane & 3)};
+    }
+    __device__ __forceinline__ void fragment(int s, double (&b)[4]) const {
+        const double2 u = *(const double2*)(x + 16 * s), v = *(const double2*)(x + 16 * s + 2);
+        b[0] = u.x;
+        b[1] = u.y;
+        b[2] = v.x;
+        b[3] = v.y;
+    }
+};
+// ... or as f32, converted and scaled here.
+template <int FMT>
+struct MmaPairsF32 {
+    const float* x;
+    static __device__ __forceinline__ MmaPairsF32 at(int cols) {
+        const int lane = threadIdx.x & 31;
+        return {(const float*)xs_dyn + (size_t)(lane >> 2) * mma_stride(cols, false) + 4 * (lane & 3)};
+    }
+    __device__ __forceinline__ void fragment(int s, double (&b)[4]) const {
+        const double xscale = pow2d(Code<FMT>::P - 127);
+        const float4 v = *(const float4*)(x + 16 * s);
+        b[0] = (double)v.x * xscale;
+        b[1] = (double)v.y * xscale;
+        b[2] = (double)v.z * xscale;
+        b[3] = (double)v.w * xscale;
+    }
+};
 
 // Leaf pair m's sums x (leaves 2 m and 2 m + 1 already added: warp_sum's
 // first pair, lanes v and v + 16) onto the stack of complete subtrees, in
@@ -607,26 +674,20 @@ __device__ __forceinline__ void mma_pair_push(double* st, int stride, double (&x
     }
 }
 
-// One warp's tile of 16 scaled-code rows (FP8 or FP4, cols / E a multiple
-// of 32) and the 8 staged tokens (stage_mma_pairs, unscaled: each value is
-// scaled by 2^(P - 127) here, as stage_row scales it): this thread's rows
-// lo and hi are g and g + 8 of the tile, and out[i] is row g + 8 (i / 2)'s
-// sum with token 2 q + i % 2, with warp_dot_rows_tokens' bits.
 // One chunk's partials for the tile's two rows of this thread (chunks cl
-// and ch, chunk index ci): p = the 16 rows' chains over the chunk's values
-// from zero, for the 8 tokens.
-template <int FMT>
-__device__ __forceinline__ void mma_chunk(const uint4& cl, const uint4& ch, int ci, const float* xg, double xscale,
-                                          double (&p)[4]) {
+// and ch, chunk index ci; xb the staged pairs, MmaPairsWide or MmaPairsF32):
+// p = the 16 rows' chains over the chunk's values from zero, for the 8
+// tokens.
+template <int FMT, class X>
+__device__ __forceinline__ void mma_chunk(const uint4& cl, const uint4& ch, int ci, const X& xb, double (&p)[4]) {
     const int S = Fmt<FMT>::E / 16, q = threadIdx.x & 3;
     const u32 wl[4] = {cl.x, cl.y, cl.z, cl.w}, wh[4] = {ch.x, ch.y, ch.z, ch.w};
     #pragma unroll
     for (int i = 0; i < 4; i++) p[i] = 0.0;
     #pragma unroll
     for (int h = 0; h < S; h++) {
-        const float4 xv = *(const float4*)(xg + (ci * S + h) * 16);
-        const double b[4] = {(double)xv.x * xscale, (double)xv.y * xscale, (double)xv.z * xscale,
-                             (double)xv.w * xscale};
+        double b[4];
+        xb.fragment(ci * S + h, b);
         double a[8];
         mma_a_fragment<FMT>(wl, wh, h, q, a);
         mma_k16(p, a, b);
@@ -640,9 +701,9 @@ __device__ __forceinline__ void mma_chunk(const uint4& cl, const uint4& ch, int 
 // each loaded MMA_AHEAD - 1 steps before its sums. The k loop is unrolled
 // whole, and the pairs' loop U times, so that every slot is known at
 // compile time.
-template <int FMT, int K>
-__device__ __forceinline__ void mma_tile_dots_k(const RowRef& lo, const RowRef& hi, const float* xg, double xscale,
-                                                double* st, double (&out)[4]) {
+template <int FMT, int K, bool FIXED, class X>
+__device__ __forceinline__ void mma_tile_dots_k(const RowRef& lo, const RowRef& hi, const X& xb, double* st,
+                                                double (&out)[4]) {
     const int U = K >= MMA_AHEAD ? 1 : MMA_AHEAD / K;  // pairs an unrolled round
     uint4 ring[MMA_AHEAD][4];
     int lm = 0, lk = 0;  // the next step to load: pair lm's lk-th chunks
@@ -668,8 +729,8 @@ __device__ __forceinline__ void mma_tile_dots_k(const RowRef& lo, const RowRef& 
                 load(ring[(slot + MMA_AHEAD - 1) % MMA_AHEAD]);
                 const int ci = v + 32 * k;
                 double p0[4], p1[4];
-                mma_chunk<FMT>(ring[slot][0], ring[slot][1], ci, xg, xscale, p0);
-                mma_chunk<FMT>(ring[slot][2], ring[slot][3], ci + 16, xg, xscale, p1);
+                mma_chunk<FMT>(ring[slot][0], ring[slot][1], ci, xb, p0);
+                mma_chunk<FMT>(ring[slot][2], ring[slot][3], ci + 16, xb, p1);
                 const double f0l = chunk_factor<FMT>(lo, ci), f0h = chunk_factor<FMT>(hi, ci);
                 const double f1l = chunk_factor<FMT>(lo, ci + 16), f1h = chunk_factor<FMT>(hi, ci + 16);
                 a0[0] = fma(p0[0], f0l, a0[0]);
@@ -683,7 +744,7 @@ __device__ __forceinline__ void mma_tile_dots_k(const RowRef& lo, const RowRef& 
             }
             #pragma unroll
             for (int i = 0; i < 4; i++) a0[i] = a0[i] + a1[i];
-            mma_pair_push(st, blockDim.x, a0, m);
+            mma_pair_push(st, FIXED ? MMA_BLOCK : blockDim.x, a0, m);
             if (m == 15) {
                 #pragma unroll
                 for (int i = 0; i < 4; i++) out[i] = a0[i];
@@ -694,24 +755,41 @@ __device__ __forceinline__ void mma_tile_dots_k(const RowRef& lo, const RowRef& 
 
 // One warp's tile of 16 scaled-code rows (FP8 or FP4; cols / E 32 times
 // 1, 2, 4, 8 or 16: the chunks a lane, gpu/products.rs `expert_mma_smem`) and the
-// 8 staged tokens (stage_mma_pairs, unscaled: each value is scaled by
-// 2^(P - 127) here, as stage_row scales it): this thread's rows lo and hi
-// are g and g + 8 of the tile, st its stack (mma_pair_push; blockDim.x
-// doubles apart), and out[i] is row g + 8 (i / 2)'s sum with token
-// 2 q + i % 2, with warp_dot_rows_tokens' bits.
-template <int FMT>
-__device__ __forceinline__ void mma_tile_dots(const RowRef& lo, const RowRef& hi, int cols, const float* xs,
-                                              double* st, double (&out)[4]) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const double xscale = pow2d(Code<FMT>::P - 127);
-    const float* xg = xs + (size_t)g * mma_stride(cols) + 4 * q;
+// 8 staged tokens (stage_mma_pairs; xb: MmaPairsWide or MmaPairsF32 at
+// them): this thread's rows lo and hi are g and g + 8 of the tile, st its
+// stack (mma_pair_push; blockDim.x doubles apart, or if FIXED, MMA_BLOCK:
+// offsets known at compile time), and out[i] is row g + 8 (i / 2)'s sum
+// with token 2 q + i % 2, with warp_dot_rows_tokens' bits.
+template <int FMT, bool FIXED, class X>
+__device__ __forceinline__ void mma_tile_dots(const RowRef& lo, const RowRef& hi, int cols, const X& xb, double* st,
+                                              double (&out)[4]) {
     switch (cols / Fmt<FMT>::E / 32) {
-        case 1: mma_tile_dots_k<FMT, 1>(lo, hi, xg, xscale, st, out); break;
-        case 2: mma_tile_dots_k<FMT, 2>(lo, hi, xg, xscale, st, out); break;
-        case 4: mma_tile_dots_k<FMT, 4>(lo, hi, xg, xscale, st, out); break;
-        case 8: mma_tile_dots_k<FMT, 8>(lo, hi, xg, xscale, st, out); break;
-        default: mma_tile_dots_k<FMT, 16>(lo, hi, xg, xscale, st, out); break;
+        case 1: mma_tile_dots_k<FMT, 1, FIXED>(lo, hi, xb, st, out); break;
+        case 2: mma_tile_dots_k<FMT, 2, FIXED>(lo, hi, xb, st, out); break;
+        case 4: mma_tile_dots_k<FMT, 4, FIXED>(lo, hi, xb, st, out); break;
+        case 8: mma_tile_dots_k<FMT, 8, FIXED>(lo, hi, xb, st, out); break;
+        default: mma_tile_dots_k<FMT, 16, FIXED>(lo, hi, xb, st, out); break;
     }
+}
+
+// The tile on W2's pairs (expert_down_mma): staged as f64 where
+// mma_wide(cols) (stage_mma_pairs with wide = mma_wide(cols)), and the
+// stack's offsets known at compile time (MMA_BLOCK), which the f64 path
+// needs to keep its registers (blockDim.x: 168 registers and 44/1348 bytes
+// of spills under ptxas 13.0; MMA_BLOCK: 156 and none).
+template <int FMT>
+__device__ __forceinline__ void mma_tile_dots_down(const RowRef& lo, const RowRef& hi, int cols, double* st,
+                                                   double (&out)[4]) {
+    if (mma_wide(cols)) {  // at most MMA_WIDE_COLS: 4 chunks a lane for FP8, 2 for FP4
+        const MmaPairsWide xb = MmaPairsWide::at(cols);
+        switch (cols / Fmt<FMT>::E / 32) {
+            case 1: mma_tile_dots_k<FMT, 1, true>(lo, hi, xb, st, out); break;
+            case 2: mma_tile_dots_k<FMT, 2, true>(lo, hi, xb, st, out); break;
+            default: mma_tile_dots_k<FMT, 4, true>(lo, hi, xb, st, out); break;
+        }
+        return;
+    }
+    mma_tile_dots<FMT, true>(lo, hi, cols, MmaPairsF32<FMT>::at(cols), st, out);
 }
 
 // The block's token rows for mma_round, in shared memory: rows[t] =

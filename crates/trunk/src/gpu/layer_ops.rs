@@ -344,8 +344,8 @@ impl Dsv4Gpu {
         // groups and their rows fit: on the FP64 tensor cores where every
         // expert's rows are scaled codes the tile takes (kernels/moe.cu
         // `expert_gate_up_mma`), else the group kernels; the same sums
-        let tensor = expert_mma_smem(f13, d, dl.experts_scaled)
-            .zip(expert_mma_smem(f2, inter, dl.experts_scaled))
+        let tensor = expert_mma_smem(f13, d, dl.experts_scaled, false)
+            .zip(expert_mma_smem(f2, inter, dl.experts_scaled, true))
             .map(|s| (s, MMA_PAIRS, MMA_BLOCK, ["expert_gate_up_mma", "expert_down_mma"]));
         let groups = tensor
             .or_else(|| {

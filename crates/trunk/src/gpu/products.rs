@@ -123,20 +123,29 @@ fn mma_rows(fmt: i32, cols: usize, scaled: bool) -> bool {
 
 /// Pairs of one expert a group of the prefill's routed experts on the
 /// tensor cores (kernels/rows.cuh `MMA_PAIRS`: the instruction's n), staged
-/// whole as f32 (`expert_gate_up_mma`, `expert_down_mma`).
+/// whole (`expert_gate_up_mma`, `expert_down_mma`).
 pub const MMA_PAIRS: usize = 8;
 
+/// The longest rows whose pairs `expert_down_mma` stages as scaled f64
+/// (kernels/rows.cuh `MMA_WIDE_COLS`; longer rows, and `expert_gate_up_mma`'s
+/// pairs, as f32, converted where they are read). 8 rows of 2048 f64 and
+/// the stacks fit in [`MMA_SMEM_MAX`]; rows of 4096 would not.
+const MMA_WIDE_COLS: usize = 2048;
+
 /// Shared bytes of an expert group on the tensor cores (kernels/rows.cuh
-/// `stage_mma_pairs`: [`MMA_PAIRS`] rows of f32, 16 floats of padding
-/// each, then the threads' stacks of subtrees, `mma_pair_push`: 16 f64
-/// each) for rows of `cols` in format `fmt`, or None where the experts'
-/// tile does not take such rows: the tensor cores' rows whose staged pairs
-/// fit what the kernels opt in to.
-pub fn expert_mma_smem(fmt: i32, cols: usize, scaled: bool) -> Option<u32> {
+/// `stage_mma_pairs`: [`MMA_PAIRS`] rows of f64 with 2 values of padding
+/// each where `down` (W2's pairs, `expert_down_mma`) and the rows have at
+/// most [`MMA_WIDE_COLS`] values, else of f32 with 16; then the threads'
+/// stacks of subtrees, `mma_pair_push`: 16 f64 each) for rows of `cols` in
+/// format `fmt`, or None where the experts' tile does not take such rows:
+/// the tensor cores' rows whose staged pairs fit what the kernels opt in to.
+pub fn expert_mma_smem(fmt: i32, cols: usize, scaled: bool, down: bool) -> Option<u32> {
     if !mma_rows(fmt, cols, scaled) {
         return None;
     }
-    let bytes = MMA_PAIRS * (cols + 16) * 4 + MMA_BLOCK as usize * 16 * 8;
+    let wide = down && cols <= MMA_WIDE_COLS;
+    let pairs = if wide { MMA_PAIRS * (cols + 2) * 8 } else { MMA_PAIRS * (cols + 16) * 4 };
+    let bytes = pairs + MMA_BLOCK as usize * 16 * 8;
     (bytes <= MMA_SMEM_MAX).then_some(bytes as u32)
 }
 
@@ -590,10 +599,15 @@ mod tests {
         assert!(rows.contains(&format!("#define MMA_LEVELS {MMA_LEVELS}\n")));
         assert!(rows.contains(&format!("#define MMA_STAGE_SLABS {MMA_STAGE_SLABS}\n")));
         assert!(rows.contains(&format!("#define MMA_PAIRS {MMA_PAIRS}\n")));
-        // the experts' groups: FP4 rows of 4096 (W1, W3) and 2048 (W2), 8 pairs of f32 and the stacks
-        assert_eq!(expert_mma_smem(3, 4096, true), Some(8 * 4112 * 4 + 384 * 128));
-        assert_eq!(expert_mma_smem(3, 2048, true), Some(8 * 2064 * 4 + 384 * 128));
-        assert_eq!(expert_mma_smem(3, 2048, false), None);
+        assert!(rows.contains(&format!("#define MMA_WIDE_COLS {MMA_WIDE_COLS}\n")));
+        // the experts' groups: FP4 rows of 4096 (W1, W3: 8 pairs of f32) and 2048 (W2: of f64), and the stacks
+        assert_eq!(expert_mma_smem(3, 4096, true, false), Some(8 * 4112 * 4 + 384 * 128));
+        assert_eq!(expert_mma_smem(3, 2048, true, true), Some(8 * 2050 * 8 + 384 * 128));
+        assert_eq!(expert_mma_smem(2, 2048, true, true), Some(8 * 2050 * 8 + 384 * 128));
+        // W1's and W3's pairs stay f32 at any width, and W2's past MMA_WIDE_COLS
+        assert_eq!(expert_mma_smem(3, 2048, true, false), Some(8 * 2064 * 4 + 384 * 128));
+        assert_eq!(expert_mma_smem(3, 4096, true, true), Some(8 * 4112 * 4 + 384 * 128));
+        assert_eq!(expert_mma_smem(3, 2048, false, true), None);
         assert!(MMA_KERNELS.iter().all(|k| nvrtc::KERNELS.contains(k)));
         for k in MMA_KERNELS {
             assert_eq!(dynamic_smem_opt_in(k), Some(MMA_SMEM_MAX), "{k}");
