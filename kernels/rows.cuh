@@ -775,8 +775,8 @@ __device__ __forceinline__ void mma_tile_dots(const RowRef& lo, const RowRef& hi
 // The tile on W2's pairs (expert_down_mma): staged as f64 where
 // mma_wide(cols) (stage_mma_pairs with wide = mma_wide(cols)), and the
 // stack's offsets known at compile time (MMA_BLOCK), which the f64 path
-// needs to keep its registers (blockDim.x: 168 registers and 44/1348 bytes
-// of spills under ptxas 13.0; MMA_BLOCK: 156 and none).
+// needs to keep its registers (blockDim.x: 168 registers and 116/1348 bytes
+// of spills under ptxas 13.0; MMA_BLOCK: 158 and none).
 template <int FMT>
 __device__ __forceinline__ void mma_tile_dots_down(const RowRef& lo, const RowRef& hi, int cols, double* st,
                                                    double (&out)[4]) {
