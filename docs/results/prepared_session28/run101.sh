@@ -10,7 +10,7 @@
 set -u
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 M=${MEMRA:-target/device/memra}
-R=$OUT/run101.txt; T0=$(date +%s)
+R=$OUT/run101.txt; T0=$(date +%s); mkdir -p /tmp/m
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> $R
 timeout 300 /usr/local/cuda/bin/ncu --clock-control none --cache-control none --csv --print-units base \
   --metrics gpu__time_duration.sum,smsp__inst_executed.sum \
