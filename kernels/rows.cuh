@@ -464,14 +464,30 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
     }
     uint4 ring[MMA_AHEAD][2];
     u32 sc[MMA_AHEAD][2];
+    // the rows' addresses held in registers where K <= 2: an empty asm
+    // hides where they come from, so that ptxas, at its register cap, does
+    // not rebuild them from the kernel's parameters at every load (an
+    // LDC.64 and four address instructions a load). Not for more chunks a
+    // lane: there ptxas then issues each load just before its sums instead
+    // of a step ahead, and wo_a and wo_b (8 and 16) were slower so
+    // (perf.md, thirtieth session).
+    const uint4 *clo = lo.chunks, *chi = hi.chunks;
+    const u8* slo = lo.scales;
+    if (K <= 2) asm volatile("" : "+l"(clo), "+l"(chi), "+l"(slo));
     int lm = 0, lk = 0;  // the next step to load: leaf lm's lk-th chunk
     auto load = [&](uint4 (&c)[2], u32 (&s)[2]) {
         const int ci = (__brev(lm) >> 27) + 32 * lk;
         const bool in = lm < 32;
-        c[0] = in ? lo.chunks[ci] : make_uint4(0, 0, 0, 0);
-        c[1] = in ? hi.chunks[ci] : make_uint4(0, 0, 0, 0);
-        s[0] = in ? chunk_scale<FMT>(lo, ci) : 0u;
-        s[1] = in ? chunk_scale<FMT>(hi, ci) : 0u;
+        c[0] = in ? (K <= 2 ? load_global16(clo + ci) : lo.chunks[ci]) : make_uint4(0, 0, 0, 0);
+        c[1] = in ? (K <= 2 ? load_global16(chi + ci) : hi.chunks[ci]) : make_uint4(0, 0, 0, 0);
+        // chunk_scale's: FP8's of the tile's one 128-row block (its 16 rows start at a multiple of 16:
+        // gpu/products.rs `groups`), FP4's of each row
+        if (FMT == FMT_FP8) {
+            s[0] = in ? (K <= 2 ? load_global32((const u32*)slo + (ci >> 3)) : chunk_scale<FMT>(lo, ci)) : 0u;
+        } else {
+            s[0] = in ? chunk_scale<FMT>(lo, ci) : 0u;
+            s[1] = in ? chunk_scale<FMT>(hi, ci) : 0u;
+        }
         if (++lk == K) lk = 0, lm++;
     };
     if (active) {
@@ -507,7 +523,8 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
                         mma_k16(p1, a, b1);
                     }
                     // chunk_factor's, of the scales loaded with the chunks
-                    const double fl = scale_factor<FMT>(sc[slot][0]), fh = scale_factor<FMT>(sc[slot][1]);
+                    const double fl = scale_factor<FMT>(sc[slot][0]);
+                    const double fh = FMT == FMT_FP8 ? fl : scale_factor<FMT>(sc[slot][1]);
                     #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         acc[i] = fma(p0[i], i < 2 ? fl : fh, acc[i]);

@@ -150,12 +150,25 @@ pub fn expert_mma_smem(fmt: i32, cols: usize, scaled: bool, down: bool) -> Optio
 }
 
 /// `linear_mma`'s shared bytes ([`mma_tile_smem`]) for inputs at `x`
-/// (stride `x_stride`, groups `x_group` floats apart) through `w`, or None
+/// (stride `x_stride`, groups `x_group` floats apart) through rows
+/// `row0 + z * nrows ..` of `w` for each of `groups` groups `z`, or None
 /// where it does not take the product: rows the tile does not take (the
-/// others keep `linear_groups`), or inputs off 16 bytes.
-fn mma_smem(w: &super::weights::MatArg, x: u64, x_stride: usize, x_group: usize) -> Option<u32> {
+/// others keep `linear_groups`), inputs off 16 bytes, or FP8 groups that
+/// do not start at a multiple of 16 rows (the tile reads one scale a chunk
+/// for its 16 rows, their 128-row block's: kernels/rows.cuh `mma_round_k`).
+fn mma_smem(
+    w: &super::weights::MatArg,
+    x: u64,
+    x_stride: usize,
+    x_group: usize,
+    row0: usize,
+    groups: usize,
+    nrows: usize,
+) -> Option<u32> {
     let aligned = x.is_multiple_of(16) && x_stride.is_multiple_of(4) && x_group.is_multiple_of(4);
-    mma_tile_smem(w.fmt, w.cols as usize, w.scaled != 0).filter(|_| aligned)
+    let tiles_in_blocks =
+        w.fmt != 2 || (row0.is_multiple_of(MMA_ROWS) && (groups == 1 || nrows.is_multiple_of(MMA_ROWS)));
+    mma_tile_smem(w.fmt, w.cols as usize, w.scaled != 0).filter(|_| aligned && tiles_in_blocks)
 }
 
 /// Rows and tokens of a prefill tile, the block of `linear_f32` and
@@ -389,7 +402,7 @@ impl Gpu {
         groups: usize,
         nrows: usize,
     ) -> Result<bool> {
-        if let Some(smem) = mma_smem(&w.arg, x, x_stride, x_group) {
+        if let Some(smem) = mma_smem(&w.arg, x, x_stride, x_group, row0, groups, nrows) {
             let token_groups = n.div_ceil(MMA_TOKENS);
             if token_groups <= u16::MAX as usize {
                 let tiles = nrows.div_ceil(MMA_ROWS);
@@ -617,23 +630,40 @@ mod tests {
         let mat = |fmt: i32, cols: i32, scaled: i32| MatArg { data: 0, scales: 0, rows: 4096, cols, fmt, scaled };
         // FP8 rows of 4096 (8 chunks a lane): two stages of 2 leaves of 16 tokens of 130 f64,
         // 384 stacks of 40 f64, 4096 fetched floats
-        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4096, 0), Some(2 * 2 * 16 * 130 * 8 + 384 * 320 + 4096 * 4));
+        assert_eq!(
+            mma_smem(&mat(2, 4096, 1), 256, 4096, 0, 0, 1, 4096),
+            Some(2 * 2 * 16 * 130 * 8 + 384 * 320 + 4096 * 4)
+        );
         // FP4 rows of 2048 (2 chunks a lane: 4 slabs), FP8 rows of 512 (1) and of 8192 (16: wo_b)
-        assert_eq!(mma_smem(&mat(3, 2048, 1), 256, 2048, 0), Some(2 * 4 * 16 * 66 * 8 + 384 * 320 + 4096 * 4));
-        assert_eq!(mma_smem(&mat(2, 512, 1), 256, 512, 0), Some(2 * 16 * 16 * 18 * 8 + 384 * 320 + 4096 * 4));
-        assert_eq!(mma_smem(&mat(2, 8192, 1), 256, 8192, 0), Some(2 * 16 * 258 * 8 + 384 * 320 + 4096 * 4));
+        assert_eq!(
+            mma_smem(&mat(3, 2048, 1), 256, 2048, 0, 0, 1, 4096),
+            Some(2 * 4 * 16 * 66 * 8 + 384 * 320 + 4096 * 4)
+        );
+        assert_eq!(
+            mma_smem(&mat(2, 512, 1), 256, 512, 0, 0, 1, 4096),
+            Some(2 * 16 * 16 * 18 * 8 + 384 * 320 + 4096 * 4)
+        );
+        assert_eq!(mma_smem(&mat(2, 8192, 1), 256, 8192, 0, 0, 1, 4096), Some(2 * 16 * 258 * 8 + 384 * 320 + 4096 * 4));
         // not taken: codes that do not scale exactly, BF16, chunks that leave lanes idle or are
         // not a power of two a lane or more than 16, inputs off 16 bytes
-        assert_eq!(mma_smem(&mat(2, 4096, 0), 256, 4096, 0), None);
-        assert_eq!(mma_smem(&mat(1, 4096, 1), 256, 4096, 0), None);
-        assert_eq!(mma_smem(&mat(2, 256, 1), 256, 256, 0), None);
-        assert_eq!(mma_smem(&mat(2, 1536, 1), 256, 1536, 0), None);
-        assert_eq!(mma_smem(&mat(2, 4096, 1), 260, 4096, 0), None);
-        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4098, 0), None);
-        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4096, 2), None);
-        assert_eq!(mma_smem(&mat(2, 16384, 1), 256, 16384, 0), None);
+        assert_eq!(mma_smem(&mat(2, 4096, 0), 256, 4096, 0, 0, 1, 4096), None);
+        assert_eq!(mma_smem(&mat(1, 4096, 1), 256, 4096, 0, 0, 1, 4096), None);
+        assert_eq!(mma_smem(&mat(2, 256, 1), 256, 256, 0, 0, 1, 4096), None);
+        assert_eq!(mma_smem(&mat(2, 1536, 1), 256, 1536, 0, 0, 1, 4096), None);
+        assert_eq!(mma_smem(&mat(2, 4096, 1), 260, 4096, 0, 0, 1, 4096), None);
+        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4098, 0, 0, 1, 4096), None);
+        assert_eq!(mma_smem(&mat(2, 4096, 1), 256, 4096, 2, 0, 1, 4096), None);
+        assert_eq!(mma_smem(&mat(2, 16384, 1), 256, 16384, 0, 0, 1, 4096), None);
         // FP4 rows of 16384: 16 chunks a lane, but 32 slabs, more than a stage holds
-        assert_eq!(mma_smem(&mat(3, 16384, 1), 256, 16384, 0), None);
+        assert_eq!(mma_smem(&mat(3, 16384, 1), 256, 16384, 0, 0, 1, 4096), None);
+        // FP8 tiles read their 16 rows' one scale block: groups from multiples of 16 rows (wo_a's 8 of
+        // 1024), not groups of 40 rows nor rows from 8; FP4's tiles read each row's scales
+        let fp8 = mat(2, 4096, 1);
+        assert!(mma_smem(&fp8, 256, 4096, 4096, 0, 8, 1024).is_some());
+        assert!(mma_smem(&fp8, 256, 4096, 0, 16, 1, 40).is_some());
+        assert_eq!(mma_smem(&fp8, 256, 4096, 4096, 0, 2, 40), None);
+        assert_eq!(mma_smem(&fp8, 256, 4096, 0, 8, 1, 4096), None);
+        assert!(mma_smem(&mat(3, 2048, 1), 256, 2048, 2048, 8, 2, 40).is_some());
     }
 
     /// kernels/rows.cuh `mma_round` adds a tile's 32 leaves (the lanes'
