@@ -283,11 +283,6 @@ __device__ __forceinline__ u32 load_global32(const u32* p) {
     asm("ld.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
 }
-__device__ __forceinline__ u32 load_global8(const u8* p) {
-    u32 v;
-    asm("ld.global.u8 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
 
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }

@@ -481,7 +481,7 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
         c[0] = in ? (K <= 2 ? load_global16(clo + ci) : lo.chunks[ci]) : make_uint4(0, 0, 0, 0);
         c[1] = in ? (K <= 2 ? load_global16(chi + ci) : hi.chunks[ci]) : make_uint4(0, 0, 0, 0);
         // chunk_scale's: FP8's of the tile's one 128-row block (its 16 rows start at a multiple of 16:
-        // gpu/products.rs `groups`), FP4's of each row
+        // gpu/products.rs `mma_smem`), FP4's of each row
         if (FMT == FMT_FP8) {
             s[0] = in ? (K <= 2 ? load_global32((const u32*)slo + (ci >> 3)) : chunk_scale<FMT>(lo, ci)) : 0u;
         } else {
