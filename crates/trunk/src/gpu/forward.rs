@@ -446,7 +446,7 @@ impl Dsv4Gpu {
         for (l, dl) in stage.dev.iter().enumerate() {
             let sc = &st.scratch[0];
             self.lin(g, &dl.wkv, hq, sc.kv.ptr, n)?;
-            launch!(g, "rms_norm_rope", Gpu::cfg((n as u32, 1, 1), 256, 0);
+            launch!(g, "rms_norm_rope", Gpu::cfg((n as u32, 1, 1), super::layer_ops::norm_rope_block(hd, rd / 2), 0);
                 sc.kv.ptr, dl.kv_norm.ptr, 1i32, n as i32, 0u64, 0u64, hd as i32, c.rms_norm_eps as f32,
                 stage.rope_main.ptr, (rd / 2) as i32, pos0 as i32);
             if self.opts.variant == Variant::Fp8 {

@@ -95,6 +95,22 @@ fn attention_mma_smem(keys: usize) -> Option<u32> {
 // DeepSeek-V4-Flash's prefill keys fit
 const _: () = assert!((16 * 40 * 20 + 16 * 512 + 640) * 8 + 16 * 4 * 8 * 20 * 4 <= ATTENTION_MMA_SMEM_MAX);
 
+/// Threads of an `rms_norm_rope` block (kernels/norm.cu: one row a block)
+/// for rows of `width` values and `npairs` rotated pairs: 128 where each
+/// thread then takes the same one float4 (or none) and the same pair as
+/// with 256, and the block's sum of squares is the same (block_sum adds
+/// the warps' totals in order from zero; the fifth to eighth warps' are
+/// zeros): the heads' rows of 512 at DeepSeek-V4-Flash's widths. Twice
+/// the rows an SM holds at once. Else 256 (the row's float4s, or its
+/// floats where they are not whole, thread-strided over 256).
+pub(super) fn norm_rope_block(width: usize, npairs: usize) -> u32 {
+    if width.is_multiple_of(4) && width <= 4 * 128 && npairs <= 128 {
+        128
+    } else {
+        256
+    }
+}
+
 impl Dsv4Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
@@ -208,7 +224,7 @@ impl Dsv4Gpu {
         }
         // each head's query normalized (no weight) and rotated, and the key
         // (with its norm's weight), in one launch
-        launch!(g, "rms_norm_rope", Gpu::cfg(((n * nh + n) as u32, 1, 1), 256, 0);
+        launch!(g, "rms_norm_rope", Gpu::cfg(((n * nh + n) as u32, 1, 1), norm_rope_block(hd, npairs as usize), 0);
             sc.q.ptr, 0u64, nh as i32, (n * nh) as i32, sc.kv.ptr, dl.kv_norm.ptr, hd as i32, eps, rope, npairs,
             pos0);
         if fp8 {
@@ -509,6 +525,39 @@ mod tests {
             }
         }
         v[0]
+    }
+
+    /// kernels/norm.cu `rms_norm_row`'s sum of squares of a row of `x`
+    /// (whole float4s, aligned) in a block of `block` threads: thread t's
+    /// fmas over float4s t, t + block, ... in order, each warp's butterfly,
+    /// then the warps' totals in order from zero (`block_sum`).
+    fn norm_sum_of_squares(x: &[f32], block: usize) -> f64 {
+        let n4 = x.len() / 4;
+        let thread = |t: usize| {
+            (t..n4)
+                .step_by(block)
+                .fold(0.0f64, |ss, i| x[4 * i..4 * i + 4].iter().fold(ss, |ss, &v| (v as f64).mul_add(v as f64, ss)))
+        };
+        (0..block / 32).fold(0.0, |total, w| total + butterfly(std::array::from_fn(|l| thread(32 * w + l))))
+    }
+
+    /// `norm_rope_block`'s 128 threads give the 256 threads' bits for the
+    /// widths it takes them for, and not for rows past 512 values.
+    #[test]
+    fn norm_rope_blocks_of_128_keep_the_sums() {
+        let mut rng = Rng::new(7, "norm-rope", 0);
+        for width in [16, 64, 128, 256, 512, 1024, 2048] {
+            let mut same = true;
+            for _ in 0..200 {
+                let mut x = vec![0.0f32; width];
+                rng.fill_normal(&mut x, 0.0, 1.0);
+                same &= norm_sum_of_squares(&x, 128).to_bits() == norm_sum_of_squares(&x, 256).to_bits();
+            }
+            assert_eq!(super::norm_rope_block(width, 32) == 128, width <= 512, "width {width}");
+            assert_eq!(same, width <= 512, "width {width}");
+        }
+        assert_eq!(super::norm_rope_block(510, 32), 256);
+        assert_eq!(super::norm_rope_block(512, 200), 256);
     }
 
     /// A reduce-scatter of W sums a lane over the warp: halved at each o
