@@ -358,6 +358,36 @@ __device__ __forceinline__ void mma_k16(double (&d)[4], const double (&a)[8], co
           "d"(b[1]), "d"(b[2]), "d"(b[3]));
 }
 
+// The same for a 16 x 8 x 8 tile (a[i], i < 4, and b[i], i < 2, as above):
+// BF16 rows, whose 16-byte chunks hold 8 values.
+__device__ __forceinline__ void mma_k8(double (&d)[4], const double (&a)[4], const double (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+}
+
+// A tensor-core step's values of a chunk (the instruction's k: 16, or a
+// BF16 chunk's 8) and the steps a chunk takes (S: 2 for FP4's 32 values).
+template <int FMT>
+struct MmaK {
+    static const int V = Fmt<FMT>::E < 16 ? Fmt<FMT>::E : 16, S = Fmt<FMT>::E / V;
+};
+
+// The A fragment of a BF16 chunk of this thread's rows g and g + 8 (words
+// wl and wh; thread (g, q)): a[0], a[1] value q and a[2], a[3] value q + 4
+// of the two rows as value * 2^-P (code_value's: the half at the top of
+// its word, then S.E8.M7 to bits 31, 27..13).
+__device__ __forceinline__ void mma_a_fragment_bf16(const u32 (&wl)[4], const u32 (&wh)[4], int q, double (&a)[4]) {
+    const bool second = (q & 2) != 0;  // values q, q + 4 in words q / 2 and 2 + q / 2
+    const int up = (q & 1) ? 0 : 16;   // the high half for odd values
+    const u32 w[4] = {second ? wl[1] : wl[0], second ? wh[1] : wh[0], second ? wl[3] : wl[2], second ? wh[3] : wh[2]};
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int t = (int)(w[i] << up);
+        a[i] = __hiloint2double((int)((u32)(t >> 3) & 0x8FFFE000u), 0);
+    }
+}
+
 // The A fragment of half h of a chunk of this thread's rows g and g + 8
 // (the chunk's words wl and wh; thread (g, q)): a[2 i] and a[2 i + 1] are
 // value 16 h + q + 4 i of the two rows as value * 2^-P.
@@ -392,29 +422,31 @@ __device__ __forceinline__ void mma_leaf_push(double* st, double (&x)[8], int on
     }
 }
 
-// A stage: L = MMA_STAGE_SLABS / (K S) leaves (K chunks a leaf, S
-// 16-value halves a chunk), leaves L G .. L G + L - 1 in bit-reversed
+// A stage: L = MMA_STAGE_SLABS / (K S) leaves (K chunks a leaf, S slabs
+// of V values a chunk: MmaK), leaves L G .. L G + L - 1 in bit-reversed
 // order, of the block's MMA_TOKENS tokens: token t's row at rows[t], as
 // f64 scaled by xscale (exact: a power of two). Leaf l's token t is the
 // row of TS doubles at b + (16 l + t) TS (K S slabs and 2 of padding, so
 // that a warp's reads of its B fragments take the fewest wavefronts);
-// value c of slab j at 16 j + (c % 4) * 4 + c / 4, so that a thread's B
-// fragment (values q, q + 4, q + 8, q + 12 of a slab) is 32 contiguous
-// bytes. Item i is quarter i % 4 of token (i / 4) % 16's slab i / 64 of
-// the stage; fetch copies this thread's items' f32 values to raw (16
-// bytes an item, cp.async: no registers held while the stage before is
-// summed), store waits for them and writes their f64s.
+// value c of slab j at V j + (c % 4) * Q + c / 4 (Q = V / 4), so that a
+// thread's B fragment (values q, q + 4, ... of a slab) is 8 Q contiguous
+// bytes. Item i is quarter i % Q of token (i / Q) % 16's slab i / (16 Q)
+// of the stage (a float4 each); fetch copies this thread's items' f32
+// values to raw (16 bytes an item, cp.async: no registers held while the
+// stage before is summed), store waits for them and writes their f64s.
 template <int FMT, int K>
 struct MmaStage {
-    static const int S = Fmt<FMT>::E / 16, KS = K * S, L = MMA_STAGE_SLABS / KS, TS = 16 * KS + 2;
+    static const int E = Fmt<FMT>::E, V = MmaK<FMT>::V, S = MmaK<FMT>::S, Q = V / 4, LOG2Q = Q == 4 ? 2 : 1;
+    static const int KS = K * S, L = MMA_STAGE_SLABS / KS, TS = V * KS + 2;
     static const int LOG2L = L >= 16 ? 4 : L >= 8 ? 3 : L >= 4 ? 2 : L >= 2 ? 1 : 0;
-    static const int DOUBLES = 16 * L * TS, N = 64 * MMA_STAGE_SLABS, ITEMS = (N + MMA_BLOCK - 1) / MMA_BLOCK;
+    static const int DOUBLES = 16 * L * TS, N = 16 * Q * MMA_STAGE_SLABS, ITEMS = (N + MMA_BLOCK - 1) / MMA_BLOCK;
     static __device__ __forceinline__ void fetch(const float* const* rows, int stage, float* raw) {
         #pragma unroll
         for (int s = 0; s < ITEMS; s++) {
-            const int i = threadIdx.x + s * MMA_BLOCK, r = i & 3, t = (i >> 2) & 15, l = (i >> 6) / KS, j = (i >> 6) % KS;
+            const int i = threadIdx.x + s * MMA_BLOCK, r = i & (Q - 1), t = (i >> LOG2Q) & 15;
+            const int l = (i >> (LOG2Q + 4)) / KS, j = (i >> (LOG2Q + 4)) % KS;
             const int v = __brev(stage * L + l) >> 27;
-            if (i < N) copy_async16(raw + 4 * i, rows[t] + (v + 32 * (j / S)) * (16 * S) + 16 * (j % S) + 4 * r);
+            if (i < N) copy_async16(raw + 4 * i, rows[t] + (v + 32 * (j / S)) * E + V * (j % S) + 4 * r);
         }
         copy_async_commit();
     }
@@ -422,14 +454,15 @@ struct MmaStage {
         copy_async_wait_all();
         #pragma unroll
         for (int s = 0; s < ITEMS; s++) {
-            const int i = threadIdx.x + s * MMA_BLOCK, r = i & 3, t = (i >> 2) & 15, l = (i >> 6) / KS, j = (i >> 6) % KS;
+            const int i = threadIdx.x + s * MMA_BLOCK, r = i & (Q - 1), t = (i >> LOG2Q) & 15;
+            const int l = (i >> (LOG2Q + 4)) / KS, j = (i >> (LOG2Q + 4)) % KS;
             if (i < N) {
                 const float4 v = *(const float4*)(raw + 4 * i);
-                double* d = b + (16 * l + t) * TS + 16 * j + r;
+                double* d = b + (16 * l + t) * TS + V * j + r;
                 d[0] = (double)v.x * xscale;
-                d[4] = (double)v.y * xscale;
-                d[8] = (double)v.z * xscale;
-                d[12] = (double)v.w * xscale;
+                d[Q] = (double)v.y * xscale;
+                d[2 * Q] = (double)v.z * xscale;
+                d[3 * Q] = (double)v.w * xscale;
             }
         }
     }
@@ -437,7 +470,7 @@ struct MmaStage {
 
 // One round of the block (K chunks a leaf: cols / E / 32, a power of two
 // with K S <= MMA_STAGE_SLABS): this warp's tile, if active, is 16
-// scaled-code rows (FP8 or FP4; this thread's rows lo and hi are g and
+// scaled-code rows (FP8, FP4 or BF16; this thread's rows lo and hi are g and
 // g + 8 of it) and the block's tokens (token t's f32 row at rows[t],
 // mma_token_rows): out[4 u + i] is row g + 8 (i / 2)'s sum with token
 // 8 u + 2 q + i % 2, with warp_dot_rows_tokens' bits. Every thread of the
@@ -452,7 +485,8 @@ template <int FMT, int K>
 __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const RowRef& hi,
                                             const float* const* rows, bool staged, bool more, double (&out)[8]) {
     using Stage = MmaStage<FMT, K>;
-    const int S = Stage::S, L = Stage::L, TS = Stage::TS, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int S = Stage::S, V = Stage::V, L = Stage::L, TS = Stage::TS, lane = threadIdx.x & 31, g = lane >> 2,
+              q = lane & 3;
     double* bufs = xs_dyn;
     double* st = xs_dyn + 2 * Stage::DOUBLES + threadIdx.x;
     float* raw = (float*)(xs_dyn + 2 * Stage::DOUBLES + 8 * MMA_LEVELS * MMA_BLOCK);
@@ -484,7 +518,7 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
         // gpu/products.rs `mma_smem`), FP4's of each row
         if (FMT == FMT_FP8) {
             s[0] = in ? (K <= 2 ? load_global32((const u32*)slo + (ci >> 3)) : chunk_scale<FMT>(lo, ci)) : 0u;
-        } else {
+        } else if (FMT == FMT_FP4) {
             s[0] = in ? chunk_scale<FMT>(lo, ci) : 0u;
             s[1] = in ? chunk_scale<FMT>(hi, ci) : 0u;
         }
@@ -501,7 +535,7 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
             #pragma unroll
             for (int l = 0; l < L; l++) {
                 const int m = G * L + l;
-                const double* b = bufs + (G & 1) * Stage::DOUBLES + 16 * l * TS + 4 * q;
+                const double* b = bufs + (G & 1) * Stage::DOUBLES + 16 * l * TS + Stage::Q * q;
                 double acc[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
                 #pragma unroll
                 for (int k = 0; k < K; k++) {
@@ -510,21 +544,31 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
                     const u32 wl[4] = {ring[slot][0].x, ring[slot][0].y, ring[slot][0].z, ring[slot][0].w};
                     const u32 wh[4] = {ring[slot][1].x, ring[slot][1].y, ring[slot][1].z, ring[slot][1].w};
                     double p0[4] = {0.0, 0.0, 0.0, 0.0}, p1[4] = {0.0, 0.0, 0.0, 0.0};
-                    #pragma unroll
-                    for (int h = 0; h < S; h++) {
-                        double a[8];
-                        mma_a_fragment<FMT>(wl, wh, h, q, a);
-                        const double* bj = b + 16 * (k * S + h);
-                        const double2 x0 = *(const double2*)(bj + g * TS), x1 = *(const double2*)(bj + g * TS + 2);
-                        const double2 y0 = *(const double2*)(bj + (8 + g) * TS);
-                        const double2 y1 = *(const double2*)(bj + (8 + g) * TS + 2);
-                        const double b0[4] = {x0.x, x0.y, x1.x, x1.y}, b1[4] = {y0.x, y0.y, y1.x, y1.y};
-                        mma_k16(p0, a, b0);
-                        mma_k16(p1, a, b1);
+                    if constexpr (V == 8) {  // BF16: one k8 step a chunk
+                        double a[4];
+                        mma_a_fragment_bf16(wl, wh, q, a);
+                        const double* bj = b + V * k;
+                        const double2 x0 = *(const double2*)(bj + g * TS), y0 = *(const double2*)(bj + (8 + g) * TS);
+                        const double b0[2] = {x0.x, x0.y}, b1[2] = {y0.x, y0.y};
+                        mma_k8(p0, a, b0);
+                        mma_k8(p1, a, b1);
+                    } else {
+                        #pragma unroll
+                        for (int h = 0; h < S; h++) {
+                            double a[8];
+                            mma_a_fragment<FMT>(wl, wh, h, q, a);
+                            const double* bj = b + V * (k * S + h);
+                            const double2 x0 = *(const double2*)(bj + g * TS), x1 = *(const double2*)(bj + g * TS + 2);
+                            const double2 y0 = *(const double2*)(bj + (8 + g) * TS);
+                            const double2 y1 = *(const double2*)(bj + (8 + g) * TS + 2);
+                            const double b0[4] = {x0.x, x0.y, x1.x, x1.y}, b1[4] = {y0.x, y0.y, y1.x, y1.y};
+                            mma_k16(p0, a, b0);
+                            mma_k16(p1, a, b1);
+                        }
                     }
-                    // chunk_factor's, of the scales loaded with the chunks
-                    const double fl = scale_factor<FMT>(sc[slot][0]);
-                    const double fh = FMT == FMT_FP8 ? fl : scale_factor<FMT>(sc[slot][1]);
+                    // chunk_factor's, of the scales loaded with the chunks (BF16's: 2^127)
+                    const double fl = FMT == FMT_BF16 ? pow2d(127) : scale_factor<FMT>(sc[slot][0]);
+                    const double fh = FMT != FMT_FP4 ? fl : scale_factor<FMT>(sc[slot][1]);
                     #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         acc[i] = fma(p0[i], i < 2 ? fl : fh, acc[i]);
@@ -554,7 +598,7 @@ __device__ __forceinline__ void mma_round(bool active, const RowRef& lo, const R
         case 2: mma_round_k<FMT, 2>(active, lo, hi, rows, staged, more, out); break;
         case 4: mma_round_k<FMT, 4>(active, lo, hi, rows, staged, more, out); break;
         case 8: mma_round_k<FMT, 8>(active, lo, hi, rows, staged, more, out); break;
-        default: mma_round_k<FMT, MMA_STAGE_SLABS * 16 / Fmt<FMT>::E>(active, lo, hi, rows, staged, more, out); break;
+        default: mma_round_k<FMT, MMA_STAGE_SLABS / MmaK<FMT>::S>(active, lo, hi, rows, staged, more, out); break;
     }
 }
 

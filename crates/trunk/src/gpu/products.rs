@@ -89,34 +89,52 @@ const MMA_LEVELS: usize = 5;
 /// registers); 1 KiB of the 227 a block may take is left for their static
 /// tables of token rows (`mma_token_rows`).
 const MMA_SMEM_MAX: usize = 226 << 10;
-const MMA_KERNELS: [&str; 3] = ["linear_mma", "expert_gate_up_mma", "expert_down_mma"];
+const MMA_KERNELS: [&str; 4] = ["linear_mma", "linear_mma_bf16", "expert_gate_up_mma", "expert_down_mma"];
 
-/// Slabs of 16 values (of each token) a tensor-core stage holds
-/// (kernels/rows.cuh `MMA_STAGE_SLABS`): 16 / (K S) leaves, for rows of
-/// K chunks a lane and S slabs a chunk (K S = cols / 512).
+/// Slabs (of each token) a tensor-core stage holds (kernels/rows.cuh
+/// `MMA_STAGE_SLABS`): a slab is an instruction's k values, 16, or 8 for
+/// BF16 ([`mma_k`]); 16 / (K S) leaves, for rows of K chunks a lane and
+/// S slabs a chunk (K S = cols / (32 k)).
 const MMA_STAGE_SLABS: usize = 16;
 
-/// Shared bytes of a tensor-core block for rows of `cols` in format `fmt`
-/// (kernels/rows.cuh `mma_round_k`: two stages of [`MMA_TOKENS`] tokens'
-/// leaves, a row of K S slabs and 2 of padding each, in f64; the threads'
-/// stacks; a stage's fetched f32 values), or None where the tensor-core
+/// Values a tensor-core instruction takes of a chunk in format `fmt`
+/// (kernels/rows.cuh `MmaK::V`): 16, or a BF16 chunk's 8 (m16n8k8).
+fn mma_k(fmt: i32) -> usize {
+    chunk_values(fmt).min(16)
+}
+
+/// Shared bytes of a dense tensor-core block for rows of `cols` in format
+/// `fmt` (kernels/rows.cuh `mma_round_k`: two stages of [`MMA_TOKENS`]
+/// tokens' leaves, a row of K S slabs and 2 of padding each, in f64; the
+/// threads' stacks; a stage's fetched f32 values), or None where the
 /// tile does not take such rows: rows other than [`mma_rows`], or of more
 /// slabs a lane than a stage holds (FP4 past 8192 columns).
 fn mma_tile_smem(fmt: i32, cols: usize, scaled: bool) -> Option<u32> {
-    let lane_slabs = cols / 512;
-    if !(mma_rows(fmt, cols, scaled) && lane_slabs <= MMA_STAGE_SLABS) {
+    let k = mma_k(fmt);
+    let lane_slabs = cols / (32 * k);
+    if !(mma_rows(fmt, cols, scaled, true) && lane_slabs <= MMA_STAGE_SLABS) {
         return None;
     }
-    let stage = MMA_TOKENS * (MMA_STAGE_SLABS / lane_slabs) * (16 * lane_slabs + 2) * 8;
-    let bytes = 2 * stage + MMA_BLOCK as usize * MMA_LEVELS * 8 * 8 + MMA_TOKENS * MMA_STAGE_SLABS * 16 * 4;
+    let stage = MMA_TOKENS * (MMA_STAGE_SLABS / lane_slabs) * (k * lane_slabs + 2) * 8;
+    let bytes = 2 * stage + MMA_BLOCK as usize * MMA_LEVELS * 8 * 8 + MMA_TOKENS * MMA_STAGE_SLABS * k * 4;
     (bytes <= MMA_SMEM_MAX).then_some(bytes as u32)
 }
 
+/// The dense tile's kernel for rows of format `fmt`.
+fn mma_kernel(fmt: i32) -> &'static str {
+    if fmt == 1 {
+        "linear_mma_bf16"
+    } else {
+        "linear_mma"
+    }
+}
+
 /// Whether the tensor-core tiles take rows of `cols` in format `fmt`:
-/// scaled-code FP8 and FP4 (`scaled`) whose chunks give each warp lane 1,
-/// 2, 4, 8 or 16.
-fn mma_rows(fmt: i32, cols: usize, scaled: bool) -> bool {
-    let coded = scaled && (fmt == 2 || fmt == 3);
+/// scaled codes (`scaled`) of FP8 and FP4, and in the dense tile
+/// (`dense`) of BF16 too (`linear_mma_bf16`; the experts' tile takes no
+/// BF16), whose chunks give each warp lane 1, 2, 4, 8 or 16.
+fn mma_rows(fmt: i32, cols: usize, scaled: bool, dense: bool) -> bool {
+    let coded = scaled && (fmt == 2 || fmt == 3 || (dense && fmt == 1));
     let lane_chunks = cols / chunk_values(fmt) / 32;
     coded && cols.is_multiple_of(32 * chunk_values(fmt)) && lane_chunks.is_power_of_two() && lane_chunks <= 16
 }
@@ -140,7 +158,7 @@ const MMA_WIDE_COLS: usize = 2048;
 /// format `fmt`, or None where the experts' tile does not take such rows:
 /// the tensor cores' rows whose staged pairs fit what the kernels opt in to.
 pub fn expert_mma_smem(fmt: i32, cols: usize, scaled: bool, down: bool) -> Option<u32> {
-    if !mma_rows(fmt, cols, scaled) {
+    if !mma_rows(fmt, cols, scaled, false) {
         return None;
     }
     let wide = down && cols <= MMA_WIDE_COLS;
@@ -380,7 +398,8 @@ impl Gpu {
     }
 
     /// Several tokens through rows `row0 + z*nrows ..` of `w` for each group
-    /// `z` (as `linear_grouped`): by `linear_mma` where [`mma_smem`] takes
+    /// `z` (as `linear_grouped`): by `linear_mma` (`linear_mma_bf16` for
+    /// BF16 rows) where [`mma_smem`] takes
     /// the rows ([`MMA_TOKENS`] tokens staged a block, its warps walking
     /// tiles of 16 rows on the FP64 tensor cores), else by `linear_groups`
     /// ([`GROUP_TOKENS`] tokens staged whole a block, its warps walking the
@@ -409,7 +428,7 @@ impl Gpu {
                 let mma_warps = MMA_BLOCK as usize / 32;
                 let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, tiles.div_ceil(mma_warps));
                 let grid = (blocks as u32, token_groups as u32, groups as u32);
-                crate::launch!(self, "linear_mma", Gpu::cfg(grid, MMA_BLOCK, smem);
+                crate::launch!(self, mma_kernel(w.arg.fmt), Gpu::cfg(grid, MMA_BLOCK, smem);
                     w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, row0 as i32,
                     nrows as i32);
                 return Ok(true);
@@ -624,7 +643,7 @@ mod tests {
         assert!(MMA_KERNELS.iter().all(|k| nvrtc::KERNELS.contains(k)));
         for k in MMA_KERNELS {
             assert_eq!(dynamic_smem_opt_in(k), Some(MMA_SMEM_MAX), "{k}");
-            assert!(source(if k == "linear_mma" { "linear.cu" } else { "moe.cu" })
+            assert!(source(if k.starts_with("linear_mma") { "linear.cu" } else { "moe.cu" })
                 .contains(&format!("__launch_bounds__({MMA_BLOCK}) {k}(")));
         }
         let mat = |fmt: i32, cols: i32, scaled: i32| MatArg { data: 0, scales: 0, rows: 4096, cols, fmt, scaled };
@@ -644,10 +663,23 @@ mod tests {
             Some(2 * 16 * 16 * 18 * 8 + 384 * 320 + 4096 * 4)
         );
         assert_eq!(mma_smem(&mat(2, 8192, 1), 256, 8192, 0, 0, 1, 4096), Some(2 * 16 * 258 * 8 + 384 * 320 + 4096 * 4));
-        // not taken: codes that do not scale exactly, BF16, chunks that leave lanes idle or are
-        // not a power of two a lane or more than 16, inputs off 16 bytes
+        // BF16 rows of 4096 (16 chunks of 8 a lane, one m16n8k8 step each): a stage of 1 leaf of 16
+        // tokens of 130 f64, the stacks, 16 slabs of 8 fetched floats of 16 tokens; rows of 512 (2):
+        // 8 leaves of 18 f64
+        assert_eq!(mma_smem(&mat(1, 4096, 1), 256, 4096, 0, 0, 1, 4096), Some(2 * 16 * 130 * 8 + 384 * 320 + 2048 * 4));
+        assert_eq!(
+            mma_smem(&mat(1, 512, 1), 256, 512, 0, 0, 1, 4096),
+            Some(2 * 8 * 16 * 18 * 8 + 384 * 320 + 2048 * 4)
+        );
+        assert_eq!((mma_kernel(1), mma_kernel(2), mma_kernel(3)), ("linear_mma_bf16", "linear_mma", "linear_mma"));
+        // not taken: codes that do not scale exactly (BF16's too), F32, BF16 in the experts' tile,
+        // chunks that leave lanes idle or are not a power of two a lane or more than 16, inputs
+        // off 16 bytes
         assert_eq!(mma_smem(&mat(2, 4096, 0), 256, 4096, 0, 0, 1, 4096), None);
-        assert_eq!(mma_smem(&mat(1, 4096, 1), 256, 4096, 0, 0, 1, 4096), None);
+        assert_eq!(mma_smem(&mat(1, 4096, 0), 256, 4096, 0, 0, 1, 4096), None);
+        assert_eq!(mma_smem(&mat(0, 4096, 1), 256, 4096, 0, 0, 1, 4096), None);
+        assert_eq!(expert_mma_smem(1, 4096, true, false), None);
+        assert_eq!(mma_smem(&mat(1, 8192, 1), 256, 8192, 0, 0, 1, 4096), None);
         assert_eq!(mma_smem(&mat(2, 256, 1), 256, 256, 0, 0, 1, 4096), None);
         assert_eq!(mma_smem(&mat(2, 1536, 1), 256, 1536, 0, 0, 1, 4096), None);
         assert_eq!(mma_smem(&mat(2, 4096, 1), 260, 4096, 0, 0, 1, 4096), None);
