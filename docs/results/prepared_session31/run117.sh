@@ -25,6 +25,6 @@ g $M bench roofline --layers 4 --contexts 1024 --prefill 4096 --prefill-reps 1
 [ $(( $(date +%s) - T0 )) -lt 480 ] && g $P gate chunks synth:flash-shape,layers=4 --variant fp8 --prompt-len 2176 --widths 256 --out /tmp/m/chunks_flash4_fp8.json
 echo "end t=$(( $(date +%s) - T0 ))s" >> $R
 grep -hE "^## |rc=|^prefill|^decode|^breakdown|^end|^ceilings|^compare|^chunk gate|rror|anic|H200" $R | cut -c1-300
-# build: main -> target/device/memra; next/prepared32 (indexer-mma.patch then hc-tokens.patch on main) ->
-# target/vP/memra (cargo build --release -p memra; strip -o).
+# build: main -> target/device/memra; next/prepared32 (prepared32.patch on main: the two patches together; they do
+# not apply one after the other) -> target/vP/memra (cargo build --release -p memra; strip -o).
 # carry: ["target/device/memra","target/vP/memra"]; run: bash docs/results/prepared_session31/run117.sh; timeout_s 595
