@@ -5,7 +5,7 @@
 #       scores (4.35 ms a CSA layer at 4096 tokens on indexer_scores' f64 fmas, ~4 TFMA/s) on the FP64 tensor cores:
 #       16 heads of a token a warp, one m16n8k4 instruction a leaf for 8 keys, the leaves onto a stack of subtrees
 #       in registers (indexer_scores' bits: the CPU model test indexer_mma_fragments_give_the_scores_bits; ptxas
-#       13.0: 128 registers, 36/28 bytes of spills, ~9.6 instructions a DMMA); for heads of
+#       13.0: 128 registers, 16/16 bytes of spills, ~9.9 instructions a DMMA); for heads of
 #       128 values, whole tiles of 16 heads and at least as many tokens as SMs (decode keeps indexer_scores, so
 #       the chunk gates compare the two). attention_mma's SASS is unchanged by the shared helpers.
 # Exactness of X first: the flash-shape exact chunk gate (chunks of 256 and the monolithic 2176 take the new
