@@ -416,10 +416,10 @@ LINEAR_T1(linear_t1_r1_fp4, FMT_FP4, 1)
 LINEAR_T1(linear_t1_r2_fp4, FMT_FP4, 2)
 LINEAR_T1(linear_t1_r4_fp4, FMT_FP4, 4)
 
-// Prefill and chunks through scaled FP8, FP4 (this kernel) or BF16 rows
+// Prefill and chunks through scaled FP8, FP4 (linear_mma) or BF16 rows
 // (linear_mma_bf16) on the FP64 tensor cores (rows.cuh `mma_round`;
-// gpu/products.rs `mma_smem` says which products): block (x, y, z) takes tokens y * MMA_TOKENS .. + 15 (the last
-// again past n), and in each round warp w takes a tile of MMA_ROWS rows,
+// gpu/products.rs `mma_smem` says which products): block (x, y, z) takes
+// tokens y * MMA_TOKENS .. + 15 (the last again past n), and in each round warp w takes a tile of MMA_ROWS rows,
 // from tile x * warps + w on, the grid's warps apart. Group z as in
 // linear_groups. Every sum has warp_dot_rows_tokens' bits. grid (blocks,
 // ceil(n / MMA_TOKENS), groups), block MMA_BLOCK (12 warps: the most its
@@ -446,16 +446,22 @@ __device__ __forceinline__ void linear_mma_fmt(const Mat& w, const float* x, int
     }
 }
 
+// Block (x, y, z)'s group z: its inputs x_group floats on, its rows and
+// outputs z * nrows on.
+template <int FMT>
+__device__ __forceinline__ void linear_mma_group(const Mat& w, const float* x, int x_stride, int x_group, float* y,
+                                                 int y_stride, int n, int row0, int nrows) {
+    const int z = blockIdx.z;
+    linear_mma_fmt<FMT>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, row0 + z * nrows,
+                        nrows);
+}
+
 extern "C" __global__ void __launch_bounds__(384) linear_mma(Mat w, const float* __restrict__ x, int x_stride,
                                                              int x_group, float* __restrict__ y, int y_stride, int n,
                                                              int row0, int nrows) {
     await_inputs();
-    const int z = blockIdx.z;
-    const float* xz = x + (size_t)z * x_group;
-    float* yz = y + (size_t)z * nrows;
-    const int r0 = row0 + z * nrows;
-    if (w.fmt == FMT_FP4) linear_mma_fmt<FMT_FP4>(w, xz, x_stride, yz, y_stride, n, r0, nrows);
-    else linear_mma_fmt<FMT_FP8>(w, xz, x_stride, yz, y_stride, n, r0, nrows);
+    if (w.fmt == FMT_FP4) linear_mma_group<FMT_FP4>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
+    else linear_mma_group<FMT_FP8>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
 }
 
 // The same for BF16 rows (the compressors' and the indexer's products and
@@ -465,7 +471,5 @@ extern "C" __global__ void __launch_bounds__(384) linear_mma_bf16(Mat w, const f
                                                                   int x_group, float* __restrict__ y, int y_stride,
                                                                   int n, int row0, int nrows) {
     await_inputs();
-    const int z = blockIdx.z;
-    linear_mma_fmt<FMT_BF16>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n,
-                             row0 + z * nrows, nrows);
+    linear_mma_group<FMT_BF16>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
 }

@@ -399,13 +399,12 @@ impl Gpu {
 
     /// Several tokens through rows `row0 + z*nrows ..` of `w` for each group
     /// `z` (as `linear_grouped`): by `linear_mma` (`linear_mma_bf16` for
-    /// BF16 rows) where [`mma_smem`] takes
-    /// the rows ([`MMA_TOKENS`] tokens staged a block, its warps walking
-    /// tiles of 16 rows on the FP64 tensor cores), else by `linear_groups`
-    /// ([`GROUP_TOKENS`] tokens staged whole a block, its warps walking the
-    /// rows); the same sums either way. Returns
-    /// false (nothing launched) where the staged rows do not fit in shared
-    /// memory (the 8x8 tiles take those). Rows too wide for [`GROUP_TOKENS`]
+    /// BF16 rows) where [`mma_smem`] takes the rows ([`MMA_TOKENS`] tokens
+    /// staged a block, its warps walking tiles of 16 rows on the FP64
+    /// tensor cores), else by `linear_groups` ([`GROUP_TOKENS`] tokens
+    /// staged whole a block, its warps walking the rows); the same sums
+    /// either way. Returns false (nothing launched) where the staged rows
+    /// do not fit in shared memory (the 8x8 tiles take those). Rows too wide for [`GROUP_TOKENS`]
     /// staged rows (`wo_b`'s 8192 columns) take groups of half as many.
     #[allow(clippy::too_many_arguments)]
     fn groups(
