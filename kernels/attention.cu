@@ -325,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
 // keys (rows.cuh: the instruction's outputs are that chain, bit for bit);
 // the 32 lanes' partials ("leaves") are added in warp_sum's tree, walked in
 // bit-reversed order onto a stack of subtrees (mma_leaf_push's additions,
-// in registers: att_brev5, att_trailing_ones). The softmax is attention_heads' (the same thread-strided
+// in registers: mma_leaf_push_regs). The softmax is attention_heads' (the same thread-strided
 // partials, butterflies and sums over the warps in order), for the 16
 // heads at once. An output element of key group G (keys G, G + 16, ...) is
 // the chain of fmas over the group's keys in order from zero, 16 keys an
@@ -342,16 +342,6 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
 // pair side by side (a thread's A fragment of the output: 16 bytes).
 __device__ __forceinline__ int att_w(int R, int j, int h) {
     return ((j & 15) * R + (j >> 4)) * ATT_MMA_ROW + 2 * (h & 7) + (h >> 3);
-}
-
-// mi's 5 bits reversed, and its trailing 1 bits, in forms the compiler
-// folds where mi is a constant (an unrolled loop's index), so that the
-// logits' stack of subtrees stays in registers.
-__device__ __forceinline__ int att_brev5(int mi) {
-    return ((mi & 1) << 4) | ((mi & 2) << 2) | (mi & 4) | ((mi & 8) >> 2) | ((mi & 16) >> 4);
-}
-__device__ __forceinline__ int att_trailing_ones(int mi) {
-    return !(mi & 1) ? 0 : !(mi & 2) ? 1 : !(mi & 4) ? 2 : !(mi & 8) ? 3 : !(mi & 16) ? 4 : 5;
 }
 
 // Leaves of key values a warp of attention_mma's logits has in flight
@@ -375,7 +365,7 @@ __device__ __forceinline__ const float* att_tile_key(const float* const* keys, i
 // without a row.
 __device__ __forceinline__ void att_leaf_copy(float* lring, const float* kp, int mi, int g, int qq) {
     float* dst = lring + (mi % ATT_MMA_AHEAD) * (8 * ATT_MMA_KEY) + g * ATT_MMA_KEY + 4 * qq;
-    if (kp) copy_async16(dst, kp + 128 * qq + 4 * att_brev5(mi));
+    if (kp) copy_async16(dst, kp + 128 * qq + 4 * leaf_brev5(mi));
     else *(float4*)dst = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
@@ -477,7 +467,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __r
         double st[5][4], x[4];
         #pragma unroll
         for (int mi = 0; mi < 32; mi++) {
-            const int l = att_brev5(mi);
+            const int l = leaf_brev5(mi);
             asm volatile("cp.async.wait_group %0;" ::"n"(ATT_MMA_AHEAD - 1) : "memory");
             __syncwarp();
             const float* slot = lring + (mi % ATT_MMA_AHEAD) * (8 * ATT_MMA_KEY) + g * ATT_MMA_KEY + qq;
@@ -496,15 +486,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_mma(const float* __r
             if (mi + ATT_MMA_AHEAD < 32) att_leaf_copy(lring, kp, mi + ATT_MMA_AHEAD, g, qq);
             else if (n0 + 8 * ATT_GROUPS < nk) att_leaf_copy(lring, kn, mi + ATT_MMA_AHEAD - 32, g, qq);
             copy_async_commit();
-            // leaf mi onto the stack: each 1 bit of mi from the lowest adds that level's subtree
-            const int ones = att_trailing_ones(mi);
-            #pragma unroll
-            for (int lvl = 0; lvl < ones; lvl++)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) x[i] = st[lvl][i] + x[i];
-            if (ones < 5)
-                #pragma unroll
-                for (int i = 0; i < 4; i++) st[ones][i] = x[i];
+            mma_leaf_push_regs(st, x, mi);
         }
         #pragma unroll
         for (int i = 0; i < 4; i++) {

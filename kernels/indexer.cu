@@ -113,6 +113,126 @@ extern "C" __global__ void __launch_bounds__(256, 2) indexer_scores(const float*
     }
 }
 
+// ---- The prefill's scores on the FP64 tensor cores ----
+// indexer_scores' bits, 16 heads of one token a warp (the heads share the
+// keys, so they are the instruction's m). A dot's lane partial is the chain
+// of fmas over the lane's values l + 32 m, m = 0 .. 3 in order, from zero:
+// one m16n8k4 f64 instruction gives it for 16 heads and 8 keys (rows.cuh:
+// the instruction's outputs are that chain, bit for bit). The 32 lanes'
+// partials ("leaves") are added in warp_sum's tree (the reduce-scatter
+// above adds the same pairs), walked in bit-reversed order onto a stack of
+// subtrees in registers (mma_leaf_push_regs). The terms and each key's
+// total over the heads in order are indexer_scores'. For di == 128 (every
+// lane's 4 values present) and heads a multiple of 16, at most IDX_HEADS
+// (checked by the host: gpu/layer_ops.rs `indexer_mma`).
+// grid (n), block 32 IDXM_WARPS: warp w takes head tile w % 4 (16 heads)
+// and key tile w / 4 (8 keys) of each stage of IDXM_KEYS keys. Dynamic
+// smem (gpu/layer_ops.rs `INDEXER_MMA_SMEM`): the queries as f64 in the A
+// fragments' order (idxm_q_at: 64 KiB and 512 bytes), a stage's keys as f64 (IDXM_KEYS rows of
+// IDXM_ROW), the stage's terms (IDXM_KEYS x IDX_HEADS).
+#define IDXM_WARPS 8
+#define IDXM_KEYS 16
+// Doubles of a staged key row (idxm_at's 156 and 8 of padding), so that a
+// warp's B reads (8 keys' 4 values of a leaf) take two wavefronts.
+#define IDXM_ROW 164
+
+// Where value l + 32 m of a staged key row lies: leaf l's 4 values side
+// by side (thread (g, q) reads value m = q of its key's leaf), and 4
+// doubles of padding every 4 leaves, so that each of the staging's stores
+// (lane j of a warp: leaf 4 (j % 8) + i of value m = j / 8) takes two
+// wavefronts, as the reads do.
+__device__ __forceinline__ int idxm_at(int l, int m) { return 4 * l + 4 * (l >> 2) + m; }
+
+// Where the pair of heads 16 tile + g and + 8 of value l + 32 m of the
+// queries lies (double2s): leaf l's A fragments (tile, m = q, g) side by
+// side, a double2 of padding a leaf, so that the staging's stores (a warp:
+// leaves 0 .. 31 of one pair and value) take four wavefronts, as the
+// reads (a warp: one leaf and tile) do.
+__device__ __forceinline__ int idxm_q_at(int l, int tile, int m, int g) { return (l * 4 + tile) * 32 + m * 8 + g + l; }
+// double2s of the queries (idxm_q_at's, IDX_HEADS heads)
+#define IDXM_Q2 (32 * (IDX_HEADS / 16) * 32 + 32)
+
+extern "C" __global__ void __launch_bounds__(32 * IDXM_WARPS, 2) indexer_scores_mma(const float* __restrict__ q,
+                                          const float* __restrict__ w, const float* __restrict__ keys, int heads,
+                                          int ratio, int t0, int max_entries, float heads_sqrt,
+                                          double* __restrict__ scores) {
+    await_inputs();
+    const int di = 32 * IDX_KM;
+    double2* qs = (double2*)xs_dyn;  // idxm_q_at
+    double* ks = xs_dyn + 2 * IDXM_Q2;
+    double* terms = ks + IDXM_KEYS * IDXM_ROW;  // [key][head]
+    // the last tokens, which see the most keys, first: the launch's tail holds the shortest blocks
+    const int t = gridDim.x - 1 - blockIdx.x, p = t0 + t, visible = (p + 1) / ratio;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qq = lane & 3;
+    const int tile = warp & 3, n0 = 8 * (warp >> 2), h0 = 16 * tile;
+    const bool on = h0 < heads;
+    const double sm = 1.0 / sqrt((double)di);
+    // the queries' pairs of heads (16 tile + g, + 8), a double2 an item
+    for (int i = tid; i < heads / 2 * di; i += blockDim.x) {
+        const int pr = i / di, e = i % di, tile = pr >> 3, g = pr & 7, h = 16 * tile + g;
+        const float* qh = q + ((size_t)t * heads + h) * di + e;
+        qs[idxm_q_at(e & 31, tile, e >> 5, g)] = make_double2((double)qh[0], (double)qh[8 * di]);
+    }
+    // this thread's heads' weights (rows g and g + 8 of its tile)
+    double wl[2];
+    #pragma unroll
+    for (int u = 0; u < 2; u++) wl[u] = on ? (double)__fdiv_rn(w[(size_t)t * heads + h0 + g + 8 * u], heads_sqrt) : 0.0;
+    // this thread's float4s of the stage from key s0 (IDXM_KEYS rows of di, contiguous): items tid, tid + blockDim.x
+    const int items = IDXM_KEYS * di / 4;
+    auto fetch = [&](int s0, float4 (&v)[2]) {
+        #pragma unroll
+        for (int z = 0; z < 2; z++) {
+            const int i = tid + z * 32 * IDXM_WARPS;
+            v[z] = i < items && s0 + i / (di / 4) < visible ? *(const float4*)(keys + (size_t)s0 * di + 4 * i)
+                                                          : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    float4 next[2];
+    fetch(0, next);
+    for (int s0 = 0; s0 < visible; s0 += IDXM_KEYS) {
+        #pragma unroll
+        for (int z = 0; z < 2; z++) {
+            const int i = tid + z * 32 * IDXM_WARPS;
+            if (i < items) {
+                const int k = i / (di / 4), e = 4 * (i % (di / 4)), l = e & 31, m = e >> 5;
+                double* d = ks + k * IDXM_ROW + idxm_at(l, m);
+                d[0] = (double)next[z].x;
+                d[4] = (double)next[z].y;
+                d[8] = (double)next[z].z;
+                d[12] = (double)next[z].w;
+            }
+        }
+        __syncthreads();  // the stage's keys are staged (and, the first time, the queries)
+        fetch(s0 + IDXM_KEYS, next);
+        if (on && s0 + n0 < visible) {
+            const double* kb = ks + (n0 + g) * IDXM_ROW + qq;
+            const double2* qa = qs + idxm_q_at(0, tile, qq, g);
+            double st[5][4], x[4];
+            #pragma unroll
+            for (int mi = 0; mi < 32; mi++) {
+                const int l = leaf_brev5(mi);
+                const double2 av = qa[idxm_q_at(l, 0, 0, 0)];
+                const double a[2] = {av.x, av.y};
+                #pragma unroll
+                for (int i = 0; i < 4; i++) x[i] = 0.0;
+                mma_k4(x, a, kb[idxm_at(l, 0)]);
+                mma_leaf_push_regs(st, x, mi);
+            }
+            // x[i]: head h0 + g + 8 (i / 2), key n0 + 2 qq + i % 2 of the stage
+            #pragma unroll
+            for (int i = 0; i < 4; i++)
+                terms[(n0 + 2 * qq + (i & 1)) * IDX_HEADS + h0 + g + 8 * (i >> 1)] = fmax(x[i], 0.0) * sm * wl[i >> 1];
+        }
+        __syncthreads();
+        if (tid < IDXM_KEYS && s0 + tid < visible) {
+            double total = 0.0;
+            for (int h = 0; h < heads; h++) total += terms[tid * IDX_HEADS + h];
+            scores[(size_t)t * max_entries + s0 + tid] = total;
+        }
+        __syncthreads();  // the terms are read and the keys summed: the next stage may overwrite both
+    }
+}
+
 __device__ __forceinline__ u64 order_key(double f) {
     const u64 b = (u64)__double_as_longlong(f);
     return (b >> 63) ? ~b : (b | 0x8000000000000000ull);

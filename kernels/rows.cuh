@@ -366,6 +366,40 @@ __device__ __forceinline__ void mma_k8(double (&d)[4], const double (&a)[4], con
         : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
 }
 
+// The same for a 16 x 8 x 4 tile (a[i], i < 2, and b[0] as above): the
+// indexer's dots, whose lanes hold 4 values each.
+__device__ __forceinline__ void mma_k4(double (&d)[4], const double (&a)[2], double b) {
+    asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(b));
+}
+
+// mi's 5 bits reversed (the leaf a warp's mi-th instruction takes), and
+// its trailing 1 bits, in forms the compiler folds where mi is a constant
+// (an unrolled loop's index), so that a stack of subtrees stays in
+// registers (mma_leaf_push_regs).
+__device__ __forceinline__ int leaf_brev5(int mi) {
+    return ((mi & 1) << 4) | ((mi & 2) << 2) | (mi & 4) | ((mi & 8) >> 2) | ((mi & 16) >> 4);
+}
+__device__ __forceinline__ int leaf_trailing_ones(int mi) {
+    return !(mi & 1) ? 0 : !(mi & 2) ? 1 : !(mi & 4) ? 2 : !(mi & 8) ? 3 : !(mi & 16) ? 4 : 5;
+}
+
+// Leaf mi's sums x (the mi-th in bit-reversed order, leaf_brev5) onto a
+// stack of complete subtrees in registers (mma_leaf_push's additions: each
+// 1 bit of mi from the lowest adds that level's subtree, the first 0 bit
+// stores x there). After leaf 31, x is the whole of warp_sum's tree.
+__device__ __forceinline__ void mma_leaf_push_regs(double (&st)[5][4], double (&x)[4], int mi) {
+    const int ones = leaf_trailing_ones(mi);
+    #pragma unroll
+    for (int lvl = 0; lvl < ones; lvl++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) x[i] = st[lvl][i] + x[i];
+    if (ones < 5)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) st[ones][i] = x[i];
+}
+
 // A tensor-core step's values of a chunk (the instruction's k: 16, or a
 // BF16 chunk's 8) and the steps a chunk takes (S: 2 for FP4's 32 values).
 template <int FMT>

@@ -62,6 +62,7 @@ pub const KERNELS: &[&str] = &[
     "compress_pool",
     "compress_ring_append",
     "indexer_scores",
+    "indexer_scores_mma",
     "indexer_topk",
     "moe_route",
     "moe_group_pairs",

@@ -309,6 +309,8 @@ pub(super) fn dynamic_smem_opt_in(k: &str) -> Option<usize> {
         Some(MMA_SMEM_MAX)
     } else if k == "attention_mma" {
         Some(super::layer_ops::ATTENTION_MMA_SMEM_MAX)
+    } else if k == "indexer_scores_mma" {
+        Some(super::layer_ops::INDEXER_MMA_SMEM)
     } else {
         None
     }
