@@ -23,6 +23,9 @@
 #define HC_SLICE 256
 // hc_site_rows' blocks an SM (its register bound).
 #define HC_ROWS_BLOCKS 4
+// Tokens of an hc_site_rows block: fn's rows, staged once a block, serve
+// them all (one token a block staged 24 KiB of fn for its 256 elements).
+#define HC_ROWS_TOKENS 4
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -212,15 +215,17 @@ __device__ __forceinline__ void stage_fn_rows(const float* __restrict__ fn, int 
     copy_async_commit();
 }
 
-// hc_site_rows' slice partials before the warps' sum: red[w][0] = warp_sum
-// of x'^2 over warp w's 32 elements, red[w][1 + u] of row u of fn times
-// x', each by one thread (tree32). xs holds the block's x' (written before
-// the call; the first barrier is here); fn's rows pass through the dynamic
-// shared memory HC_TREE_ROWS at a time (stage_fn_rows), the first of them
-// staged by the caller before its wait for its inputs. All threads; the
-// caller syncs before reading red.
-__device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, int width, int e0,
-                                          const double (*xs)[HC_XS_ROW], double (*red)[HC_MIX_MAX + 1]) {
+// hc_site_rows' slice partials before the warps' sum, for each of the
+// block's T tokens j: red[(j W + w) (nm + 1)] = warp_sum of x'^2 over warp
+// w's 32 elements, red[(j W + w) (nm + 1) + 1 + u] of row u of fn times x',
+// each by one thread (tree32). xs holds the tokens' x' (token j's warp w
+// at xs + (j W + w) HC_XS_ROW; written before the call, the first barrier
+// is here); fn's rows pass through the dynamic shared memory HC_TREE_ROWS
+// at a time (stage_fn_rows), the first of them staged by the caller before
+// its wait for its inputs. All threads; the caller syncs before reading red.
+template <int T>
+__device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, int width, int e0, const double* xs,
+                                          double* red) {
     constexpr int W = HC_SLICE / 32;
     const float* fs = (const float*)xs_dyn;
     for (int u0 = 0; u0 < max(nm, 1); u0 += HC_TREE_ROWS) {
@@ -231,11 +236,15 @@ __device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, 
         }
         copy_async_wait_all();
         __syncthreads();  // xs written, the rows staged
-        // tree i: warp w = i % W's elements, value j = i / W (x'^2 first, in the first rows)
-        for (int i = threadIdx.x; i < (rows + first) * W; i += blockDim.x) {
-            const int w = i % W, j = i / W - first;
-            if (j < 0) red[w][0] = tree32<true>(nullptr, xs[w]);
-            else red[w][1 + u0 + j] = tree32<false>(fs + j * HC_FS_ROW + w * HC_FS_GROUP, xs[w]);
+        // tree i: token j = i / (values W), warp w = i % W's elements, value v = i / W % values (x'^2 first, in
+        // the first rows)
+        const int values = rows + first;
+        for (int i = threadIdx.x; i < T * values * W; i += blockDim.x) {
+            const int w = i % W, v = i / W % values, j = i / (W * values), u = v - first;
+            const double* x = xs + (j * W + w) * HC_XS_ROW;
+            double* r = red + (j * W + w) * (nm + 1);
+            if (u < 0) r[0] = tree32<true>(nullptr, x);
+            else r[1 + u0 + u] = tree32<false>(fs + u * HC_FS_ROW + w * HC_FS_GROUP, x);
         }
     }
 }
@@ -244,15 +253,12 @@ __device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, 
 // before it waits for its inputs.
 #define HC_MIX_EARLY 24
 
-// One site's hyper-connection work in one launch: hc_site for one token
-// (decode), hc_site_rows for several (prefill); the same bits. grid (n *
-// slices), block HC_SLICE, dynamic shared memory d floats where norm_w is
-// set (hc_site_rows: at least min(nm, HC_TREE_ROWS) * HC_FS_ROW floats,
-// its staging of fn; state.rs hc_rows_smem). Block b takes token t = b /
-// slices (a token's blocks adjacent, so its streams are still in L2 when
-// its last block collapses them) and the flat element e = (b % slices) *
-// HC_SLICE + tid of its streams (row rows[t] of x_in, or t where rows is
-// null):
+// One site's hyper-connection work: hc_site for one token (decode), one
+// launch; hc_site_rows then hc_collapse_rows for several (prefill); the
+// same bits. hc_site: grid (slices), block HC_SLICE, dynamic shared memory
+// d floats where norm_w is set. Its block b takes the flat element e = b *
+// HC_SLICE + tid of token t's streams (row rows[t] of x_in, or t where
+// rows is null; hc_site_rows: of each of its tokens):
 // - with mix_prev (the site before's mixes): the post of the block before
 //   (out, slots, k, skip_shared as block_output) from x_in into x_out,
 //   which must be another buffer (other blocks still read the old
@@ -263,10 +269,11 @@ __device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, 
 //   holds 32 doubles a thread, and hc_site_rows a warp's sum of a value by
 //   one thread, tree32, without shuffles, so that several blocks fit an
 //   SM);
-// - the last of token t's blocks to finish (an atomic count in done[t],
-//   which that block sets back to 0): pre from the partials summed over
-//   the slices, then the collapsed row sum_j pre_j x'_j into y[t],
-//   normalized by the RMS norm with weight norm_w where it is set.
+// - hc_site's last block to finish (an atomic count in done[t], which that
+//   block sets back to 0; hc_collapse_rows for each token of several): pre
+//   from the partials summed over the slices, then the collapsed row
+//   sum_j pre_j x'_j into y[t], normalized by the RMS norm with weight
+//   norm_w where it is set.
 #define HC_SITE_PARAMS                                                                                           \
     const float *__restrict__ x_in, float *__restrict__ x_out, const int *__restrict__ rows,                    \
         const float *__restrict__ out, const float *__restrict__ slots, int k, int skip_shared,                 \
@@ -278,8 +285,61 @@ __device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, 
     x_in, x_out, rows, out, slots, k, skip_shared, mix_prev, fn, nm, partials, done, norm_eps, base, scale, hc, d, \
         hc_eps, norm_w, y
 
-template <bool ONE_TOKEN>
-__device__ __forceinline__ void hc_site_body(HC_SITE_PARAMS) {
+// Element e of token t's streams after the post of the block before (into
+// x_out) where there is one (mix_prev), else x_in's element (see below).
+__device__ __forceinline__ float site_stream(const float* __restrict__ x_in, float* __restrict__ x_out, size_t row,
+                                             const float* __restrict__ out, const float* __restrict__ slots, int k,
+                                             int skip_shared, const double* __restrict__ mix_prev, int t, int hc,
+                                             int d, int e) {
+    const int width = hc * d;
+    const float* xt = x_in + row * width;
+    if (!mix_prev) return xt[e];
+    const int q = e / d, i = e % d;
+    float old[HC_MAX];
+    old_streams(xt, hc, d, i, old);
+    const double o = block_output(out, slots, k, skip_shared, t, d, i);
+    const float xf = post_stream(mix_prev + (size_t)t * (2 + hc) * hc, hc, q, o, old);
+    x_out[row * width + e] = xf;
+    return xf;
+}
+
+// Slice s's partials of a token (part[q] = red's warps' values q summed
+// in warp order, red's warp w at red + w * stride).
+__device__ __forceinline__ void site_partials(const double* red, int stride, int nm, double* __restrict__ part) {
+    for (int q = threadIdx.x; q <= nm; q += blockDim.x) {
+        double acc = 0.0;
+        for (int w = 0; w < HC_SLICE / 32; w++) acc += red[w * stride + q];
+        part[q] = acc;
+    }
+}
+
+// The last block's work for token t (row `row` of the streams, its slice
+// partials at p): pre, then the collapsed row into y[t], normalized where
+// norm_w is set (the row through the dynamic shared memory, as a collapse
+// then rms_norm_f32 over it: the same bits). U, G: collapse_row's. The
+// norm's weights: `nw` as read before the wait (EARLY), else read here
+// after the collapse (fewer registers held through it).
+template <int U, int G, bool EARLY>
+__device__ __forceinline__ void site_collapse(const double* __restrict__ p, int slices, int nm, int hc, int d,
+                                              float norm_eps, float s0, float b, float hc_eps, const float* xc,
+                                              const float* __restrict__ norm_w, NormWeight& nw,
+                                              float* __restrict__ yt) {
+    __shared__ double pre_s[HC_MAX];
+    pre_weights(p, slices, nm, hc, hc * d, norm_eps, s0, b, hc_eps, pre_s);
+    if (!norm_w) {
+        collapse_row<U, G>(xc, pre_s, hc, d, yt);
+        return;
+    }
+    __shared__ double red_norm[32];
+    float* c = (float*)xs_dyn;
+    collapse_row<U, G>(xc, pre_s, hc, d, c);
+    __syncthreads();
+    if constexpr (!EARLY) norm_weight_early(norm_w, d, nw);
+    rms_norm_row(c, yt, norm_w, d, norm_eps, red_norm, nw);
+}
+
+// hc_site: one token, grid (slices).
+__device__ __forceinline__ void hc_site_one(HC_SITE_PARAMS) {
     __shared__ double red[HC_SLICE / 32][HC_MIX_MAX + 1];
     __shared__ unsigned ticket;
     const int width = hc * d, slices = (width + HC_SLICE - 1) / HC_SLICE;
@@ -287,71 +347,41 @@ __device__ __forceinline__ void hc_site_body(HC_SITE_PARAMS) {
               warp = tid >> 5;
     const int e = s * HC_SLICE + tid;
     const bool in = e < width;
-    // hc_site (one token) reads fn's first rows and the tail's weights (base, scale, the norm's) in every
-    // block before its wait, so that they load while the kernel before finishes and the last block, which
-    // alone uses the tail's, has them at hand; hc_site_rows (many blocks a token) reads the tail's in the
-    // last block alone, the norm's after the collapse (fewer registers)
+    // fn's first rows and the tail's weights (base, scale, the norm's) in every block before the wait, so
+    // that they load while the kernel before finishes and the last block, which alone uses the tail's, has
+    // them at hand
     float early[HC_MIX_EARLY];
     float b = 0.0f, s0 = 0.0f;
     NormWeight nw;
-    if constexpr (ONE_TOKEN) {
-        #pragma unroll
-        for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + e] : 0.0f;
-        if (tid < hc) b = base[tid], s0 = scale[0];
-        norm_weight_early(norm_w, d, nw);
-    } else {
-        // hc_site_rows: fn's first rows on their way to shared memory while the post loads
-        stage_fn_rows(fn, 0, min(nm, HC_TREE_ROWS), width, s * HC_SLICE);
-    }
+    #pragma unroll
+    for (int u = 0; u < HC_MIX_EARLY; u++) early[u] = in && u < nm ? fn[(size_t)u * width + e] : 0.0f;
+    if (tid < hc) b = base[tid], s0 = scale[0];
+    norm_weight_early(norm_w, d, nw);
     await_inputs();
     const size_t row = rows ? (size_t)rows[t] : (size_t)t;
-    float xf = 0.0f;
-    if (in) {
-        const float* xt = x_in + row * width;
-        if (mix_prev) {
-            const int q = e / d, i = e % d;
-            float old[HC_MAX];
-            old_streams(xt, hc, d, i, old);
-            const double o = block_output(out, slots, k, skip_shared, t, d, i);
-            xf = post_stream(mix_prev + (size_t)t * (2 + hc) * hc, hc, q, o, old);
-            x_out[row * width + e] = xf;
-        } else {
-            xf = xt[e];
-        }
-    }
+    const float xf = in ? site_stream(x_in, x_out, row, out, slots, k, skip_shared, mix_prev, t, hc, d, e) : 0.0f;
     const double xv = xf;
-    if constexpr (ONE_TOKEN) {
-        // slot 0: x'^2, slot 1 + u: row u of fn times x'; 32 slots a round
-        double v[32];
-        v[0] = xv * xv;
+    // slot 0: x'^2, slot 1 + u: row u of fn times x'; 32 slots a round
+    double v[32];
+    v[0] = xv * xv;
+    #pragma unroll
+    for (int u = 0; u < 31; u++) {
+        const float f = u < HC_MIX_EARLY ? early[u] : (in && u < nm ? fn[(size_t)u * width + e] : 0.0f);
+        v[1 + u] = u < nm ? (double)f * xv : 0.0;
+    }
+    double sum = warp_sums32(v);
+    if (lane <= nm) red[warp][lane] = sum;
+    for (int g = 32; g <= nm; g += 32) {
         #pragma unroll
-        for (int u = 0; u < 31; u++) {
-            const float f = u < HC_MIX_EARLY ? early[u] : (in && u < nm ? fn[(size_t)u * width + e] : 0.0f);
-            v[1 + u] = u < nm ? (double)f * xv : 0.0;
+        for (int j = 0; j < 32; j++) {
+            const int u = g + j - 1;
+            v[j] = u < nm ? (double)(in ? fn[(size_t)u * width + e] : 0.0f) * xv : 0.0;
         }
-        double sum = warp_sums32(v);
-        if (lane <= nm) red[warp][lane] = sum;
-        for (int g = 32; g <= nm; g += 32) {
-            #pragma unroll
-            for (int j = 0; j < 32; j++) {
-                const int u = g + j - 1;
-                v[j] = u < nm ? (double)(in ? fn[(size_t)u * width + e] : 0.0f) * xv : 0.0;
-            }
-            sum = warp_sums32(v);
-            if (g + lane <= nm) red[warp][g + lane] = sum;
-        }
-    } else {
-        __shared__ __align__(16) double xs[HC_SLICE / 32][HC_XS_ROW];
-        xs[warp][lane] = xv;
-        mix_trees(fn, nm, width, s * HC_SLICE, xs, red);
+        sum = warp_sums32(v);
+        if (g + lane <= nm) red[warp][g + lane] = sum;
     }
     __syncthreads();
-    double* part = partials + ((size_t)t * slices + s) * (nm + 1);
-    for (int q = tid; q <= nm; q += blockDim.x) {
-        double acc = 0.0;
-        for (int w = 0; w < HC_SLICE / 32; w++) acc += red[w][q];
-        part[q] = acc;
-    }
+    site_partials(&red[0][0], HC_MIX_MAX + 1, nm, partials + ((size_t)t * slices + s) * (nm + 1));
     // the last block of the token: every block's partials and streams are written
     __threadfence();
     __syncthreads();
@@ -360,32 +390,71 @@ __device__ __forceinline__ void hc_site_body(HC_SITE_PARAMS) {
     if (ticket + 1 != slices) return;
     if (tid == 0) done[t] = 0;
     __threadfence();
-    if constexpr (!ONE_TOKEN) {
-        if (tid < hc) b = base[tid], s0 = scale[0];
-    }
-    __shared__ double pre_s[HC_MAX];
-    pre_weights(partials + (size_t)t * slices * (nm + 1), slices, nm, hc, width, norm_eps, s0, b, hc_eps, pre_s);
-    const float* xc = (mix_prev ? x_out : x_in) + row * width;
-    // the collapse: hc_site two float4s of every stream in flight, hc_site_rows one of four streams
-    constexpr int U = ONE_TOKEN ? 2 : 1, G = ONE_TOKEN ? HC_MAX : 4;
-    float* yt = y + (size_t)t * d;
-    if (!norm_w) {
-        collapse_row<U, G>(xc, pre_s, hc, d, yt);
-        return;
-    }
-    // then the RMS norm of the collapsed row (d floats of the dynamic shared memory), as a collapse then
-    // rms_norm_f32 (256 threads) over it: the same bits
-    __shared__ double red_norm[32];
-    float* c = (float*)xs_dyn;
-    collapse_row<U, G>(xc, pre_s, hc, d, c);
-    __syncthreads();
-    if constexpr (!ONE_TOKEN) norm_weight_early(norm_w, d, nw);
-    rms_norm_row(c, yt, norm_w, d, norm_eps, red_norm, nw);
+    // the collapse: two float4s of every stream in flight
+    site_collapse<2, HC_MAX, true>(partials + (size_t)t * slices * (nm + 1), slices, nm, hc, d, norm_eps, s0, b,
+                                   hc_eps, (mix_prev ? x_out : x_in) + row * width, norm_w, nw, y + (size_t)t * d);
 }
 
-extern "C" __global__ void hc_site(HC_SITE_PARAMS) { hc_site_body<true>(HC_SITE_ARGS); }
-extern "C" __global__ void __launch_bounds__(HC_SLICE, HC_ROWS_BLOCKS) hc_site_rows(HC_SITE_PARAMS) {
-    hc_site_body<false>(HC_SITE_ARGS);
+// hc_site_rows: the posts and the slices' partials of HC_ROWS_TOKENS
+// tokens a block (tokens T g .. T g + T - 1 of the n, group g =
+// blockIdx.x / slices), grid (ceil(n / T) slices); hc_collapse_rows then
+// does the last block's work of hc_site for each token. The dynamic shared
+// memory (state.rs hc_rows_smem): fn's staged rows, then the tokens' x' (T
+// W rows of HC_XS_ROW doubles), then their warps' values (T W rows of nm +
+// 1 doubles). norm_w, y, done, base, scale and hc_eps are hc_collapse_rows'.
+__device__ __forceinline__ void hc_site_rows_body(HC_SITE_PARAMS, int n) {
+    constexpr int T = HC_ROWS_TOKENS, W = HC_SLICE / 32;
+    const int width = hc * d, slices = (width + HC_SLICE - 1) / HC_SLICE;
+    const int grp = blockIdx.x / slices, s = blockIdx.x % slices, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int e = s * HC_SLICE + threadIdx.x, t0 = grp * T, nt = min(T, n - t0);
+    const bool in = e < width;
+    // fn's first rows on their way to shared memory while the posts load
+    stage_fn_rows(fn, 0, min(nm, HC_TREE_ROWS), width, s * HC_SLICE);
+    const int staged = min(nm, HC_TREE_ROWS) * HC_FS_ROW;  // floats, a multiple of 4
+    double* xs = (double*)((float*)xs_dyn + staged);
+    double* red = xs + T * W * HC_XS_ROW;
+    await_inputs();
+    #pragma unroll 1
+    for (int j = 0; j < T; j++) {
+        const int t = t0 + j;
+        const size_t row = j < nt && rows ? (size_t)rows[t] : (size_t)t;
+        const float xf =
+            in && j < nt ? site_stream(x_in, x_out, row, out, slots, k, skip_shared, mix_prev, t, hc, d, e) : 0.0f;
+        xs[(j * W + warp) * HC_XS_ROW + lane] = xf;
+    }
+    mix_trees<T>(fn, nm, width, s * HC_SLICE, xs, red);
+    __syncthreads();
+    #pragma unroll 1
+    for (int j = 0; j < nt; j++)
+        site_partials(red + j * W * (nm + 1), nm + 1, nm, partials + ((size_t)(t0 + j) * slices + s) * (nm + 1));
+}
+
+extern "C" __global__ void hc_site(HC_SITE_PARAMS) { hc_site_one(HC_SITE_ARGS); }
+extern "C" __global__ void __launch_bounds__(HC_SLICE, HC_ROWS_BLOCKS) hc_site_rows(HC_SITE_PARAMS, int n) {
+    hc_site_rows_body(HC_SITE_ARGS, n);
+}
+
+// After hc_site_rows: token t = blockIdx.x's pre from its slices' partials,
+// then its collapsed row into y[t], normalized where norm_w is set (the
+// row in the dynamic shared memory, d floats): hc_site's last block's
+// work, with its bits. xs: the streams after the post (hc_site_rows'
+// x_out, or x_in without a post), row rows[t] (or t where rows is null).
+// grid (n), block HC_SLICE.
+extern "C" __global__ void __launch_bounds__(HC_SLICE) hc_collapse_rows(const double* __restrict__ partials, int nm,
+                                                                      const float* __restrict__ xs,
+                                                                      const int* __restrict__ rows, float norm_eps,
+                                                                      const float* __restrict__ base,
+                                                                      const float* __restrict__ scale, int hc, int d,
+                                                                      float hc_eps, const float* __restrict__ norm_w,
+                                                                      float* __restrict__ y) {
+    const int t = blockIdx.x, tid = threadIdx.x, slices = (hc * d + HC_SLICE - 1) / HC_SLICE;
+    const float b = tid < hc ? base[tid] : 0.0f, s0 = tid < hc ? scale[0] : 0.0f;
+    await_inputs();
+    const size_t row = rows ? (size_t)rows[t] : (size_t)t;
+    NormWeight nw;
+    // one float4 of four streams in flight, the norm's weights read after the collapse
+    site_collapse<1, 4, false>(partials + (size_t)t * slices * (nm + 1), slices, nm, hc, d, norm_eps, s0, b, hc_eps,
+                               xs + row * hc * d, norm_w, nw, y + (size_t)t * d);
 }
 
 // One Sinkhorn half-step on the hc x hc matrix a by warp 0 (lane l holds

@@ -921,18 +921,27 @@ mod tests {
     #[test]
     fn hc_site_rows_staging_follows_the_kernel() {
         let define = |name: &str| kernel_define("hc.cu", name);
-        use super::super::state::{hc_rows_smem, HC_FS_ROW, HC_SLICE, HC_TREE_ROWS};
+        use super::super::state::{
+            hc_rows_smem, HC_FS_ROW, HC_ROWS_SMEM_MAX, HC_ROWS_TOKENS, HC_SLICE, HC_TREE_ROWS, HC_XS_ROW,
+        };
         assert_eq!(define("HC_SLICE"), HC_SLICE);
         assert_eq!(define("HC_TREE_ROWS"), HC_TREE_ROWS);
+        assert_eq!(define("HC_ROWS_TOKENS"), HC_ROWS_TOKENS);
+        assert_eq!(define("HC_XS_ROW"), HC_XS_ROW);
         assert_eq!(HC_SLICE / 32 * define("HC_FS_GROUP"), HC_FS_ROW);
-        // Flash: 24 mixes a site (27 KiB of fn, more than a 4096-float row), 4 at the head
-        assert_eq!(hc_rows_smem(24, 4096, true), 24 * 8 * 36 * 4);
-        assert_eq!(hc_rows_smem(4, 4096, true), 4096 * 4);
-        assert_eq!(hc_rows_smem(4, 4096, false), 4 * 8 * 36 * 4);
-        // eight streams (80 mixes) stage 24 rows at a time; with the static 8 KiB it stays
-        // under the 48 KiB a launch takes without opting in
-        assert_eq!(hc_rows_smem(80, 4096, true), 24 * 8 * 36 * 4);
-        assert!(hc_rows_smem(80, 7168, true) + 8192 <= 48 * 1024);
+        // Flash: 24 mixes a site (27 KiB of fn, then 4 tokens' 8 warps' x' and 25 values), 4 at
+        // the head
+        let xs = 4 * 8 * 34 * 8;
+        assert_eq!(hc_rows_smem(24), 24 * 8 * 36 * 4 + xs + 4 * 8 * 25 * 8);
+        assert_eq!(hc_rows_smem(4), 4 * 8 * 36 * 4 + xs + 4 * 8 * 5 * 8);
+        // with the kernel's static memory under 2 KiB, five blocks an SM's 227 KiB hold at Flash
+        // widths (the launch bounds take four)
+        assert!(5 * (hc_rows_smem(24) + 2048) <= 227 << 10);
+        // eight streams (80 mixes) stage 24 rows at a time, within what the kernel opts in to
+        assert_eq!(hc_rows_smem(80), 24 * 8 * 36 * 4 + xs + 4 * 8 * 81 * 8);
+        assert!(hc_rows_smem(80) <= HC_ROWS_SMEM_MAX);
+        assert!(hc_rows_smem(400) > HC_ROWS_SMEM_MAX);
+        assert_eq!(super::super::products::dynamic_smem_opt_in("hc_site_rows"), Some(HC_ROWS_SMEM_MAX));
     }
 
     /// kernels/indexer.cu `order_key`: doubles to u64 in their total order.

@@ -48,6 +48,7 @@ pub const KERNELS: &[&str] = &[
     "embed_rows",
     "hc_site",
     "hc_site_rows",
+    "hc_collapse_rows",
     "hc_sinkhorn",
     "hc_post",
     "rope_rows",

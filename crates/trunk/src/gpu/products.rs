@@ -307,6 +307,8 @@ pub(super) fn dynamic_smem_opt_in(k: &str) -> Option<usize> {
         Some(GROUP_SMEM_MAX)
     } else if MMA_KERNELS.contains(&k) {
         Some(MMA_SMEM_MAX)
+    } else if k == "hc_site_rows" {
+        Some(super::state::HC_ROWS_SMEM_MAX)
     } else if k == "attention_mma" {
         Some(super::layer_ops::ATTENTION_MMA_SMEM_MAX)
     } else if k == "indexer_scores_mma" {

@@ -10,7 +10,7 @@ use anyhow::Result;
 
 use super::device::Gpu;
 use super::forward::{Dsv4Gpu, Fault, Pass};
-use super::state::{hc_rows_smem, hc_slices, GpuState, Scratch, HC_SLICE};
+use super::state::{hc_rows_smem, hc_slices, GpuState, Scratch, HC_ROWS_SMEM_MAX, HC_ROWS_TOKENS, HC_SLICE};
 use super::weights::{DevHc, DevLayer};
 use crate::launch;
 
@@ -96,16 +96,31 @@ impl Dsv4Gpu {
         // one token: hc_site, the mixes summed 32 a lane at once; several: hc_site_rows, each warp's sum
         // of a value by one thread from fn's rows staged in shared memory (several blocks an SM); the same
         // bits
-        let (kernel, smem) = if n == 1 {
-            ("hc_site", if site.norm.is_some() { d * 4 } else { 0 })
+        let slices = hc_slices(hc, d);
+        if n == 1 {
+            let smem = if site.norm.is_some() { d * 4 } else { 0 } as u32;
+            launch!(g, "hc_site", Gpu::cfg((slices as u32, 1, 1), HC_SLICE as u32, smem);
+                post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
+                site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr,
+                hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
         } else {
-            ("hc_site_rows", hc_rows_smem(site.nm, d, site.norm.is_some()))
-        };
-        let smem = smem as u32;
-        launch!(g, kernel, Gpu::cfg(((n * hc_slices(hc, d)) as u32, 1, 1), HC_SLICE as u32, smem);
-            post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
-            site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr, hcw.scale.ptr,
-            hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
+            // the posts and partials of HC_ROWS_TOKENS tokens a block, then each token's collapse
+            let smem = hc_rows_smem(site.nm);
+            anyhow::ensure!(
+                smem <= HC_ROWS_SMEM_MAX,
+                "hc_site_rows: {smem} bytes of shared memory for {} mixes (at most {HC_ROWS_SMEM_MAX})",
+                site.nm
+            );
+            let grid = n.div_ceil(HC_ROWS_TOKENS) * slices;
+            launch!(g, "hc_site_rows", Gpu::cfg((grid as u32, 1, 1), HC_SLICE as u32, smem as u32);
+                post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
+                site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr,
+                hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y, n as i32);
+            let smem = if site.norm.is_some() { d * 4 } else { 0 } as u32;
+            launch!(g, "hc_collapse_rows", Gpu::cfg((n as u32, 1, 1), HC_SLICE as u32, smem);
+                site.partials, site.nm as i32, site.x, site.rows, c.rms_norm_eps as f32, hcw.base.ptr,
+                hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
+        }
         Ok(())
     }
 

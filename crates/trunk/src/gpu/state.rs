@@ -67,7 +67,7 @@ pub struct Scratch {
     pub argmax: Buf<i32>,
     /// hc_head's per-slice partials of the head rows (`hc_slices` x (hc + 1) a row).
     pub head_mix: Buf<f64>,
-    /// `hc_site`'s (and `hc_site_rows`') count of finished blocks a token (back to 0 after each launch).
+    /// `hc_site`'s count of finished blocks of its token (back to 0 after each launch).
     pub site_done: Buf<u32>,
     /// Per-slice (value, index) partials of the head rows' argmax.
     pub argmax_v: Buf<f32>,
@@ -92,11 +92,22 @@ pub const HC_TREE_ROWS: usize = 24;
 pub const HC_FS_GROUP: usize = 36;
 pub const HC_FS_ROW: usize = HC_SLICE / 32 * HC_FS_GROUP;
 
+/// Tokens of an `hc_site_rows` block (kernels/hc.cu `HC_ROWS_TOKENS`: fn's
+/// staged rows serve them all) and the doubles of a warp's row of x' in its
+/// shared memory (`HC_XS_ROW`: 32 and 2 of padding).
+pub const HC_ROWS_TOKENS: usize = 4;
+pub const HC_XS_ROW: usize = 34;
+/// What `hc_site_rows` opts in to: its dynamic shared memory at eight
+/// streams (80 mixes; `hc_rows_smem`).
+pub const HC_ROWS_SMEM_MAX: usize = 96 << 10;
+
 /// The dynamic shared memory of `hc_site_rows` with `nm` mixes: the staged
-/// rows of `fn`, or the collapsed row (`d` floats) where the site
-/// normalizes it, whichever is more (the last block reuses the staging).
-pub fn hc_rows_smem(nm: usize, d: usize, norm: bool) -> usize {
-    (nm.min(HC_TREE_ROWS) * HC_FS_ROW * 4).max(if norm { d * 4 } else { 0 })
+/// rows of `fn`, then the block's tokens' x' ([`HC_ROWS_TOKENS`] x 8 warps'
+/// rows of [`HC_XS_ROW`] doubles) and their warps' values (as many rows of
+/// nm + 1 doubles).
+pub fn hc_rows_smem(nm: usize) -> usize {
+    let rows = HC_ROWS_TOKENS * HC_SLICE / 32;
+    nm.min(HC_TREE_ROWS) * HC_FS_ROW * 4 + rows * HC_XS_ROW * 8 + rows * (nm + 1) * 8
 }
 
 /// Rows of logits computed per head launch.
