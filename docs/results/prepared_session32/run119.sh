@@ -12,10 +12,15 @@ g() { echo "## $* (t=$(( $(date +%s) - T0 ))s)" >> $R; local t0=$(date +%s); tim
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >> $R
 S="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
 P="bench roofline --layers 2 --contexts 1024 --steps 1 --prefill 4096 --prefill-reps 1"
+# every kernel's time in a 2-layer roofline (its prefill among them), to $OUT/ncu_all.txt; summed by name below
+echo "## ncu all kernels (t=$(( $(date +%s) - T0 ))s)" >> $R
+timeout 200 /usr/local/cuda/bin/ncu --clock-control none --metrics gpu__time_duration.sum $M $P > $OUT/ncu_all.txt 2>&1
+echo "rc=$?" >> $R
+awk '/^  [a-z_0-9]+ \(/ {k=$1} /^ +gpu__time_duration.sum/ {v=$NF; if ($2=="us") v/=1000; if ($2=="ns") v/=1e6; s[k]+=v; c[k]++} END {for (k in s) printf "%-28s %5d launches %10.3f ms\n", k, c[k], s[k]}' $OUT/ncu_all.txt | sort -k4 -rn >> $R
 g /usr/local/cuda/bin/ncu --clock-control none $S --kernel-name hc_site_rows --launch-count 4 $M $P
 for k in expert_gate_up_mma expert_down_mma linear_mma attention_mma; do
   [ $(( $(date +%s) - T0 )) -lt 420 ] && g /usr/local/cuda/bin/ncu --clock-control none $S --kernel-name $k --launch-count 1 $M $P
 done
 echo "end t=$(( $(date +%s) - T0 ))s" >> $R
-grep -hE "^## |rc=|^end|rror|  [a-z_]+ \(|Duration|Throughput|Achieved Occupancy|Registers Per|Stall|Issued Warp|No Eligible|Block Limit|One or More" $R | cut -c1-200
+grep -hE "^## |rc=|^end|rror| launches |  [a-z_]+ \(|Duration|Throughput|Achieved Occupancy|Registers Per|Stall|Issued Warp|No Eligible|Block Limit|One or More" $R | cut -c1-200
 # carry: ["target/device/memra"] (main's build: cargo build --release -p memra; strip -o); timeout_s 500
