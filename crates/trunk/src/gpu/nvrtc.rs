@@ -112,3 +112,149 @@ pub fn ptx() -> Result<&'static str> {
     .map(|s| s.as_str())
     .map_err(|e| anyhow!("{e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    /// The text from `open` (just past an opening bracket) to its matching
+    /// close, and the rest after it.
+    fn balanced(text: &str) -> Option<(&str, &str)> {
+        let mut depth = 0usize;
+        for (i, c) in text.char_indices() {
+            match c {
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' if depth == 0 => return Some((&text[..i], &text[i + 1..])),
+                ')' | ']' | '}' => depth -= 1,
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// `text` cut at its commas outside brackets (an empty last piece, a
+    /// trailing comma's, left out).
+    fn top_level(text: &str, sep: char) -> Vec<&str> {
+        let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);
+        for (i, c) in text.char_indices() {
+            match c {
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth -= 1,
+                c if c == sep && depth == 0 => {
+                    out.push(text[start..i].trim());
+                    start = i + 1;
+                }
+                _ => {}
+            }
+        }
+        let last = text[start..].trim();
+        if !last.is_empty() {
+            out.push(last);
+        }
+        out
+    }
+
+    /// Every `extern "C" __global__` kernel of `src` and its parameters'
+    /// count, object-like `#define`s in the parameter lists expanded.
+    fn kernel_params(src: &str) -> HashMap<String, usize> {
+        let mut defines = HashMap::new();
+        let joined = src.replace("\\\n", " ");
+        for line in joined.lines() {
+            if let Some(rest) = line.trim_start().strip_prefix("#define ") {
+                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                if !rest[name.len()..].starts_with('(') {
+                    defines.insert(name.clone(), rest[name.len()..].trim().to_string());
+                }
+            }
+        }
+        // kernels a function-like define declares (`NAME` its first parameter): the define's name and
+        // the kernel's text in its body
+        let mut makers = Vec::new();
+        for line in joined.lines() {
+            if let Some((head, body)) = line.trim_start().strip_prefix("#define ").and_then(|r| r.split_once(')')) {
+                if let Some(kernel) = body.split_once("extern \"C\" __global__ void NAME") {
+                    makers.push((head.split('(').next().unwrap_or("").trim().to_string(), kernel.1.to_string()));
+                }
+            }
+        }
+        let mut kernels = HashMap::new();
+        let declared = joined.split("extern \"C\" __global__ void").skip(1).map(|p| p.to_string());
+        let made = joined.lines().flat_map(|line| {
+            makers.iter().filter_map(move |(maker, kernel)| {
+                let args = line.strip_prefix(&format!("{maker}("))?;
+                Some(format!("{}{kernel}", args.split(',').next()?.trim()))
+            })
+        });
+        for part in declared.chain(made) {
+            let mut rest = part.trim_start();
+            while let Some(attr) = ["__launch_bounds__(", "__cluster_dims__("].iter().find(|a| rest.starts_with(**a)) {
+                rest = balanced(&rest[attr.len()..]).expect("an attribute's arguments").1.trim_start();
+            }
+            let open = rest.find('(').expect("a kernel's parameters");
+            let name = rest[..open].trim().to_string();
+            let mut params = balanced(&rest[open + 1..]).expect("a kernel's parameters").0.to_string();
+            for _ in 0..3 {
+                for (d, body) in &defines {
+                    let spaced = format!(" {params} ");
+                    if spaced.contains(&format!(" {d},")) || spaced.contains(&format!(" {d} ")) {
+                        params = spaced
+                            .replace(&format!(" {d},"), &format!(" {body},"))
+                            .replace(&format!(" {d} "), &format!(" {body} "));
+                    }
+                }
+            }
+            let n = top_level(&params, ',').into_iter().filter(|p| *p != "void").count();
+            kernels.insert(name, n);
+        }
+        kernels
+    }
+
+    /// Every `launch!` (a line's first word) of `rs` with a literal kernel
+    /// name: (name, the arguments' count).
+    fn launches(rs: &str) -> Vec<(String, usize)> {
+        let (mut out, mut offset) = (Vec::new(), 0);
+        for line in rs.split_inclusive('\n') {
+            let at = offset;
+            offset += line.len();
+            let word = line.trim_start();
+            let word = word.strip_prefix("crate::").unwrap_or(word);
+            let Some(part) = word.strip_prefix("launch!(") else { continue };
+            let start = at + line.len() - part.len();
+            let body = balanced(&rs[start..]).expect("a launch's arguments").0;
+            let (head, args) = body.split_once(';').expect("a launch's `;`");
+            let head = top_level(head, ',');
+            if let Some(name) = head.get(1).and_then(|h| h.strip_prefix('"')).and_then(|h| h.strip_suffix('"')) {
+                out.push((name.to_string(), top_level(args, ',').len()));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn launches_pass_what_their_kernels_take() {
+        let src = super::source();
+        let kernels = kernel_params(&src);
+        let missing: Vec<_> = super::KERNELS.iter().filter(|k| !kernels.contains_key(**k)).collect();
+        assert!(missing.is_empty(), "listed kernels without a signature: {missing:?}");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/gpu");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rs = std::fs::read_to_string(&path).unwrap();
+            for (name, n) in launches(&rs) {
+                let want = kernels.get(&name).unwrap_or_else(|| panic!("{}: no kernel {name}", path.display()));
+                assert_eq!(n, *want, "{}: {name} launched with {n} arguments, takes {want}", path.display());
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "only {checked} launches found");
+        // the check sees a launch one argument short, and a kernel's parameters through a define
+        let fake =
+            "#define PS int a, \\\n float* b\nextern \"C\" __global__ void __launch_bounds__(256, 2) k(PS, int n) {}\n\
+                    #define MK(NAME, F) extern \"C\" __global__ void NAME(int a) { f<F>(a); }\nMK(k2, 3)\n";
+        assert_eq!(kernel_params(fake).get("k"), Some(&3));
+        assert_eq!(kernel_params(fake).get("k2"), Some(&1));
+        let short = "launch!(g, \"k\", Gpu::cfg((n as u32, 1, 1), 256, 0); a, f(b, c));";
+        assert_eq!(launches(short), vec![("k".to_string(), 2)]);
+    }
+}
