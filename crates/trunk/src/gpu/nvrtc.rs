@@ -155,29 +155,32 @@ mod tests {
     }
 
     /// Every `extern "C" __global__` kernel of `src` and its parameters'
-    /// count, object-like `#define`s in the parameter lists expanded.
+    /// count, object-like `#define`s among the parameters counted as their
+    /// bodies' parameters, and kernels that a function-like define declares
+    /// (`extern "C" __global__ void NAME(...)`, NAME its first argument)
+    /// counted where it is invoked.
     fn kernel_params(src: &str) -> HashMap<String, usize> {
-        let mut defines = HashMap::new();
         let joined = src.replace("\\\n", " ");
-        for line in joined.lines() {
-            if let Some(rest) = line.trim_start().strip_prefix("#define ") {
-                let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                if !rest[name.len()..].starts_with('(') {
-                    defines.insert(name.clone(), rest[name.len()..].trim().to_string());
-                }
+        // object-like defines' bodies; function-like defines that declare a kernel, with that kernel's text
+        let (mut defines, mut makers) = (HashMap::new(), Vec::new());
+        for rest in joined.lines().filter_map(|line| line.trim_start().strip_prefix("#define ")) {
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let body = &rest[name.len()..];
+            if !body.starts_with('(') {
+                defines.insert(name, body.trim().to_string());
+            } else if let Some((_, kernel)) = body.split_once("extern \"C\" __global__ void NAME") {
+                makers.push((name, kernel.to_string()));
             }
         }
-        // kernels a function-like define declares (`NAME` its first parameter): the define's name and
-        // the kernel's text in its body
-        let mut makers = Vec::new();
-        for line in joined.lines() {
-            if let Some((head, body)) = line.trim_start().strip_prefix("#define ").and_then(|r| r.split_once(')')) {
-                if let Some(kernel) = body.split_once("extern \"C\" __global__ void NAME") {
-                    makers.push((head.split('(').next().unwrap_or("").trim().to_string(), kernel.1.to_string()));
-                }
-            }
+        fn count(params: &str, defines: &HashMap<String, String>) -> usize {
+            top_level(params, ',')
+                .into_iter()
+                .map(|p| match defines.get(p) {
+                    Some(body) => count(body, defines),
+                    None => usize::from(p != "void"),
+                })
+                .sum()
         }
-        let mut kernels = HashMap::new();
         let declared = joined.split("extern \"C\" __global__ void").skip(1).map(|p| p.to_string());
         let made = joined.lines().flat_map(|line| {
             makers.iter().filter_map(move |(maker, kernel)| {
@@ -185,26 +188,15 @@ mod tests {
                 Some(format!("{}{kernel}", args.split(',').next()?.trim()))
             })
         });
+        let mut kernels = HashMap::new();
         for part in declared.chain(made) {
             let mut rest = part.trim_start();
             while let Some(attr) = ["__launch_bounds__(", "__cluster_dims__("].iter().find(|a| rest.starts_with(**a)) {
                 rest = balanced(&rest[attr.len()..]).expect("an attribute's arguments").1.trim_start();
             }
             let open = rest.find('(').expect("a kernel's parameters");
-            let name = rest[..open].trim().to_string();
-            let mut params = balanced(&rest[open + 1..]).expect("a kernel's parameters").0.to_string();
-            for _ in 0..3 {
-                for (d, body) in &defines {
-                    let spaced = format!(" {params} ");
-                    if spaced.contains(&format!(" {d},")) || spaced.contains(&format!(" {d} ")) {
-                        params = spaced
-                            .replace(&format!(" {d},"), &format!(" {body},"))
-                            .replace(&format!(" {d} "), &format!(" {body} "));
-                    }
-                }
-            }
-            let n = top_level(&params, ',').into_iter().filter(|p| *p != "void").count();
-            kernels.insert(name, n);
+            let params = balanced(&rest[open + 1..]).expect("a kernel's parameters").0;
+            kernels.insert(rest[..open].trim().to_string(), count(params, &defines));
         }
         kernels
     }

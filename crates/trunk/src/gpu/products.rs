@@ -408,8 +408,9 @@ impl Gpu {
     /// tensor cores), else by `linear_groups` ([`GROUP_TOKENS`] tokens
     /// staged whole a block, its warps walking the rows); the same sums
     /// either way. Returns false (nothing launched) where the staged rows
-    /// do not fit in shared memory (the 8x8 tiles take those). Rows too wide for [`GROUP_TOKENS`]
-    /// staged rows (`wo_b`'s 8192 columns) take groups of half as many.
+    /// do not fit in shared memory (the 8x8 tiles take those). Rows too
+    /// wide for [`GROUP_TOKENS`] staged rows (`wo_b`'s 8192 columns) take
+    /// groups of half as many.
     #[allow(clippy::too_many_arguments)]
     fn groups(
         &self,

@@ -97,9 +97,10 @@ impl Dsv4Gpu {
         // of a value by one thread from fn's rows staged in shared memory (several blocks an SM); the same
         // bits
         let slices = hc_slices(hc, d);
+        // the normalized row, where the site norms it, through the collapse's dynamic shared memory
+        let norm_smem = if site.norm.is_some() { d * 4 } else { 0 } as u32;
         if n == 1 {
-            let smem = if site.norm.is_some() { d * 4 } else { 0 } as u32;
-            launch!(g, "hc_site", Gpu::cfg((slices as u32, 1, 1), HC_SLICE as u32, smem);
+            launch!(g, "hc_site", Gpu::cfg((slices as u32, 1, 1), HC_SLICE as u32, norm_smem);
                 post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
                 site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr,
                 hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
@@ -116,8 +117,7 @@ impl Dsv4Gpu {
                 post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
                 site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr,
                 hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y, n as i32);
-            let smem = if site.norm.is_some() { d * 4 } else { 0 } as u32;
-            launch!(g, "hc_collapse_rows", Gpu::cfg((n as u32, 1, 1), HC_SLICE as u32, smem);
+            launch!(g, "hc_collapse_rows", Gpu::cfg((n as u32, 1, 1), HC_SLICE as u32, norm_smem);
                 site.partials, site.nm as i32, site.x, site.rows, c.rms_norm_eps as f32, hcw.base.ptr,
                 hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
         }
