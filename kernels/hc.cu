@@ -1,17 +1,18 @@
 // hc.cu — manifold-constrained hyper-connections   (CPU twin: cpu/ops/hc.rs)
 //
-// One launch a site (hc_site for one token, hc_site_rows for several): the
-// post of the block before it where there is one, x'_k = post_k * out +
-// sum_j comb[j][k] x_j; the mixes m = fn . (x' / rms(x')) over the hc*d
-// streams (as per-slice partials);
+// A site (hc_site, one launch for one token; hc_post where there is a post,
+// hc_site_rows and hc_collapse_rows for several): the post of the block
+// before it where there is one, x'_k = post_k * out + sum_j comb[j][k] x_j;
+// the mixes m = fn . (x' / rms(x')) over the hc*d streams (as per-slice
+// partials);
 // then, in the last block of each token, pre = sigmoid(m*s0 + b) + eps, the
 // collapsed input sum_j pre_j x'_j and the block's RMS norm of it (or, at
 // the head, the final collapse of selected rows, normed or not).
 // hc_sinkhorn (beside the block, on a second stream): post = 2 sigmoid(m*s1
 // + b), comb = Sinkhorn(softmax_row(m*s2 + b) + eps); writes mix[t] =
 // [pre(hc) | post(hc) | comb(hc*hc)] in f64.
-// hc_post: the post alone (the end of a layer; the MoE's slots and shared
-// expert combined here).
+// hc_post: the post alone (the end of a layer, and before hc_site_rows; the
+// MoE's slots and shared expert combined here).
 // All in f64 with one rounding per output. The mixes' dot products are
 // summed per slice of HC_SLICE elements, then over the slices (the CPU
 // twin's f64 order differs from it only in rounding); the rest follows the
@@ -22,10 +23,10 @@
 // Elements of the flat streams per hc_site block (its block size).
 #define HC_SLICE 256
 // hc_site_rows' blocks an SM (its register bound).
-#define HC_ROWS_BLOCKS 4
+#define HC_ROWS_BLOCKS 3
 // Tokens of an hc_site_rows block: fn's rows, staged once a block, serve
 // them all (one token a block staged 24 KiB of fn for its 256 elements).
-#define HC_ROWS_TOKENS 4
+#define HC_ROWS_TOKENS 8
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -254,11 +255,12 @@ __device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, 
 #define HC_MIX_EARLY 24
 
 // One site's hyper-connection work: hc_site for one token (decode), one
-// launch; hc_site_rows then hc_collapse_rows for several (prefill); the
-// same bits. hc_site: grid (slices), block HC_SLICE, dynamic shared memory
-// d floats where norm_w is set. Its block b takes the flat element e = b *
-// HC_SLICE + tid of token t's streams (row rows[t] of x_in, or t where
-// rows is null; hc_site_rows: of each of its tokens):
+// launch; for several (prefill) hc_post where there is a post, then
+// hc_site_rows and hc_collapse_rows; the same bits. hc_site: grid
+// (slices), block HC_SLICE, dynamic shared memory d floats where norm_w is
+// set. Its block b takes the flat element e = b * HC_SLICE + tid of token
+// t's streams (row rows[t] of x_in, or t where rows is null; hc_site_rows:
+// of each of its tokens):
 // - with mix_prev (the site before's mixes): the post of the block before
 //   (out, slots, k, skip_shared as block_output) from x_in into x_out,
 //   which must be another buffer (other blocks still read the old
@@ -395,43 +397,44 @@ __device__ __forceinline__ void hc_site_one(HC_SITE_PARAMS) {
                                    hc_eps, (mix_prev ? x_out : x_in) + row * width, norm_w, nw, y + (size_t)t * d);
 }
 
-// hc_site_rows: the posts and the slices' partials of HC_ROWS_TOKENS
-// tokens a block (tokens T g .. T g + T - 1 of the n, group g =
-// blockIdx.x / slices), grid (ceil(n / T) slices); hc_collapse_rows then
-// does the last block's work of hc_site for each token. The dynamic shared
-// memory (state.rs hc_rows_smem): fn's staged rows, then the tokens' x' (T
-// W rows of HC_XS_ROW doubles), then their warps' values (T W rows of nm +
-// 1 doubles). norm_w, y, done, base, scale and hc_eps are hc_collapse_rows'.
-__device__ __forceinline__ void hc_site_rows_body(HC_SITE_PARAMS, int n) {
+extern "C" __global__ void hc_site(HC_SITE_PARAMS) { hc_site_one(HC_SITE_ARGS); }
+
+// hc_site_rows: the slices' partials of HC_ROWS_TOKENS tokens a block
+// (tokens T g .. T g + T - 1 of the n, group g = blockIdx.x / slices) of
+// the streams x (row rows[t] of token t, or t where rows is null; the host
+// runs hc_post first where the site has a post), grid (ceil(n / T)
+// slices); hc_collapse_rows then does the last block's work of hc_site for
+// each token. The dynamic shared memory (state.rs hc_rows_smem): fn's
+// staged rows, then the tokens' x' (T W rows of HC_XS_ROW doubles), then
+// their warps' values (T W rows of nm + 1 doubles).
+extern "C" __global__ void __launch_bounds__(HC_SLICE, HC_ROWS_BLOCKS)
+    hc_site_rows(const float* __restrict__ x, const int* __restrict__ rows, const float* __restrict__ fn, int nm,
+                 double* __restrict__ partials, int hc, int d, int n) {
     constexpr int T = HC_ROWS_TOKENS, W = HC_SLICE / 32;
     const int width = hc * d, slices = (width + HC_SLICE - 1) / HC_SLICE;
     const int grp = blockIdx.x / slices, s = blockIdx.x % slices, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int e = s * HC_SLICE + threadIdx.x, t0 = grp * T, nt = min(T, n - t0);
     const bool in = e < width;
-    // fn's first rows on their way to shared memory while the posts load
+    // fn's first rows on their way to shared memory while the streams load
     stage_fn_rows(fn, 0, min(nm, HC_TREE_ROWS), width, s * HC_SLICE);
     const int staged = min(nm, HC_TREE_ROWS) * HC_FS_ROW;  // floats, a multiple of 4
     double* xs = (double*)((float*)xs_dyn + staged);
     double* red = xs + T * W * HC_XS_ROW;
     await_inputs();
-    #pragma unroll 1
+    // the tokens' elements, all in flight at once
+    float v[T];
+    #pragma unroll
     for (int j = 0; j < T; j++) {
         const int t = t0 + j;
-        const size_t row = j < nt && rows ? (size_t)rows[t] : (size_t)t;
-        const float xf =
-            in && j < nt ? site_stream(x_in, x_out, row, out, slots, k, skip_shared, mix_prev, t, hc, d, e) : 0.0f;
-        xs[(j * W + warp) * HC_XS_ROW + lane] = xf;
+        v[j] = in && j < nt ? x[(rows ? (size_t)rows[t] : (size_t)t) * width + e] : 0.0f;
     }
+    #pragma unroll
+    for (int j = 0; j < T; j++) xs[(j * W + warp) * HC_XS_ROW + lane] = v[j];
     mix_trees<T>(fn, nm, width, s * HC_SLICE, xs, red);
     __syncthreads();
     #pragma unroll 1
     for (int j = 0; j < nt; j++)
         site_partials(red + j * W * (nm + 1), nm + 1, nm, partials + ((size_t)(t0 + j) * slices + s) * (nm + 1));
-}
-
-extern "C" __global__ void hc_site(HC_SITE_PARAMS) { hc_site_one(HC_SITE_ARGS); }
-extern "C" __global__ void __launch_bounds__(HC_SLICE, HC_ROWS_BLOCKS) hc_site_rows(HC_SITE_PARAMS, int n) {
-    hc_site_rows_body(HC_SITE_ARGS, n);
 }
 
 // After hc_site_rows: token t = blockIdx.x's pre from its slices' partials,

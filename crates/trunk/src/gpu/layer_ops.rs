@@ -929,16 +929,17 @@ mod tests {
         assert_eq!(define("HC_ROWS_TOKENS"), HC_ROWS_TOKENS);
         assert_eq!(define("HC_XS_ROW"), HC_XS_ROW);
         assert_eq!(HC_SLICE / 32 * define("HC_FS_GROUP"), HC_FS_ROW);
-        // Flash: 24 mixes a site (27 KiB of fn, then 4 tokens' 8 warps' x' and 25 values), 4 at
+        // Flash: 24 mixes a site (27 KiB of fn, then 8 tokens' 8 warps' x' and 25 values), 4 at
         // the head
-        let xs = 4 * 8 * 34 * 8;
-        assert_eq!(hc_rows_smem(24), 24 * 8 * 36 * 4 + xs + 4 * 8 * 25 * 8);
-        assert_eq!(hc_rows_smem(4), 4 * 8 * 36 * 4 + xs + 4 * 8 * 5 * 8);
-        // with the kernel's static memory under 2 KiB, five blocks an SM's 227 KiB hold at Flash
-        // widths (the launch bounds take four)
-        assert!(5 * (hc_rows_smem(24) + 2048) <= 227 << 10);
+        let xs = 8 * 8 * 34 * 8;
+        assert_eq!(hc_rows_smem(24), 24 * 8 * 36 * 4 + xs + 8 * 8 * 25 * 8);
+        assert_eq!(hc_rows_smem(4), 4 * 8 * 36 * 4 + xs + 8 * 8 * 5 * 8);
+        // with the kernel's static memory under 2 KiB, three blocks an SM's 227 KiB hold at Flash
+        // widths (the launch bounds' three)
+        assert_eq!(kernel_define("hc.cu", "HC_ROWS_BLOCKS"), 3);
+        assert!(3 * (hc_rows_smem(24) + 2048) <= 227 << 10);
         // eight streams (80 mixes) stage 24 rows at a time, within what the kernel opts in to
-        assert_eq!(hc_rows_smem(80), 24 * 8 * 36 * 4 + xs + 4 * 8 * 81 * 8);
+        assert_eq!(hc_rows_smem(80), 24 * 8 * 36 * 4 + xs + 8 * 8 * 81 * 8);
         assert!(hc_rows_smem(80) <= HC_ROWS_SMEM_MAX);
         assert!(hc_rows_smem(400) > HC_ROWS_SMEM_MAX);
         assert_eq!(super::super::products::dynamic_smem_opt_in("hc_site_rows"), Some(HC_ROWS_SMEM_MAX));

@@ -93,9 +93,9 @@ impl Dsv4Gpu {
         debug_assert!(site.post.is_none_or(|p| p.from != site.x), "hc_site's post must not write in place");
         let post = site.post.unwrap_or(Post { from: site.x, out: 0, moe: None, mix: 0 });
         let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
-        // one token: hc_site, the mixes summed 32 a lane at once; several: hc_site_rows, each warp's sum
-        // of a value by one thread from fn's rows staged in shared memory (several blocks an SM); the same
-        // bits
+        // one token: hc_site, the post and the mixes summed 32 a lane at once; several: hc_post, where
+        // there is a post, then hc_site_rows, each warp's sum of a value by one thread from fn's rows
+        // staged in shared memory (several blocks an SM); the same bits
         let slices = hc_slices(hc, d);
         // the normalized row, where the site norms it, through the collapse's dynamic shared memory
         let norm_smem = if site.norm.is_some() { d * 4 } else { 0 } as u32;
@@ -105,7 +105,11 @@ impl Dsv4Gpu {
                 site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr,
                 hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
         } else {
-            // the posts and partials of HC_ROWS_TOKENS tokens a block, then each token's collapse
+            // the post of every token (its own launch: many blocks an SM keep its loads in flight), the
+            // partials of HC_ROWS_TOKENS tokens a block, then each token's collapse
+            if let Some(post) = site.post {
+                self.post_launch(g, post, site.x, n)?;
+            }
             let smem = hc_rows_smem(site.nm);
             anyhow::ensure!(
                 smem <= HC_ROWS_SMEM_MAX,
@@ -114,9 +118,7 @@ impl Dsv4Gpu {
             );
             let grid = n.div_ceil(HC_ROWS_TOKENS) * slices;
             launch!(g, "hc_site_rows", Gpu::cfg((grid as u32, 1, 1), HC_SLICE as u32, smem as u32);
-                post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
-                site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr,
-                hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y, n as i32);
+                site.x, site.rows, hcw.fn_.ptr, site.nm as i32, site.partials, hc as i32, d as i32, n as i32);
             launch!(g, "hc_collapse_rows", Gpu::cfg((n as u32, 1, 1), HC_SLICE as u32, norm_smem);
                 site.partials, site.nm as i32, site.x, site.rows, c.rms_norm_eps as f32, hcw.base.ptr,
                 hcw.scale.ptr, hc as i32, d as i32, c.hc_eps as f32, site.norm.unwrap_or(0), site.y);
@@ -160,9 +162,15 @@ impl Dsv4Gpu {
     /// `hc_post` alone: the streams `x = post(post.from)` (after the
     /// Sinkhorn of `post.mix` on the side stream).
     fn hc_post(&self, g: &Gpu, post: Post, x: u64, n: usize) -> Result<()> {
+        g.side_join()?;
+        self.post_launch(g, post, x, n)
+    }
+
+    /// The `hc_post` launch of `post` into `x` for `n` tokens (its mixes
+    /// already joined).
+    fn post_launch(&self, g: &Gpu, post: Post, x: u64, n: usize) -> Result<()> {
         let (hc, d) = (self.config.hc_mult, self.config.hidden_size);
         let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
-        g.side_join()?;
         launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
             post.from, x, post.out, slots, k as i32, skip as i32, post.mix, hc as i32, d as i32);
         Ok(())

@@ -95,7 +95,7 @@ pub const HC_FS_ROW: usize = HC_SLICE / 32 * HC_FS_GROUP;
 /// Tokens of an `hc_site_rows` block (kernels/hc.cu `HC_ROWS_TOKENS`: fn's
 /// staged rows serve them all) and the doubles of a warp's row of x' in its
 /// shared memory (`HC_XS_ROW`: 32 and 2 of padding).
-pub const HC_ROWS_TOKENS: usize = 4;
+pub const HC_ROWS_TOKENS: usize = 8;
 pub const HC_XS_ROW: usize = 34;
 /// What `hc_site_rows` opts in to: its dynamic shared memory at eight
 /// streams (80 mixes; `hc_rows_smem`).
