@@ -148,11 +148,12 @@ __device__ __forceinline__ void old_streams(const float* xt, int hc, int d, int 
 
 // Stream k of the post at one element: post_k * o + sum_j comb[j][k] x_j,
 // from the mixes m of the site before (hc_sinkhorn's layout) and the old
-// streams' values x_j.
+// streams' values x_j (J >= hc of them).
+template <int J = HC_MAX>
 __device__ __forceinline__ float post_stream(const double* __restrict__ m, int hc, int k, double o, const float* old) {
     double acc = m[hc + k] * o;
     #pragma unroll
-    for (int j = 0; j < HC_MAX; j++)
+    for (int j = 0; j < J; j++)
         if (j < hc) acc += m[2 * hc + j * hc + k] * (double)old[j];
     return (float)acc;
 }
@@ -530,23 +531,94 @@ extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int 
     for (int c = lane; c < cells; c += 32) out[2 * hc + c] = a[c];
 }
 
-// The post alone (hc_site's first step, at the end of a layer): x_out =
-// post(x_in) with the block's output as block_output reads it. x_out may
-// be x_in (each thread reads its element of every stream before it
-// writes). grid (n, ceil(d/256)), block 256.
-extern "C" __global__ void hc_post(const float* x_in, float* x_out, const float* __restrict__ out,
+// The post alone (hc_site's first step, at the end of a layer, and before
+// hc_site_rows): x_out = post(x_in) with the block's output as
+// block_output reads it, four elements i0 .. i0 + 3 a thread (i0 = 4
+// (blockIdx.y blockDim.x + threadIdx.x)) of token t = blockIdx.x: as
+// float4s where d and the pointers allow, every stream's and slot's load
+// in flight at once (at most HC_POST_STREAMS streams, the first
+// HC_POST_SLOTS slots; the sums in block_output's order, the same bits;
+// more streams one element at a time). x_out may be x_in (each thread
+// reads its elements of every stream before it writes). grid (n, ceil(d /
+// 1024)), block 256.
+#define HC_POST_STREAMS 4
+#define HC_POST_SLOTS 8
+extern "C" __global__ void __launch_bounds__(256, 2) hc_post(const float* x_in, float* x_out, const float* __restrict__ out,
                                    const float* __restrict__ slots, int k, int skip_shared,
                                    const double* __restrict__ mix, int hc, int d) {
     await_inputs();
     const int t = blockIdx.x;
-    const int i = blockIdx.y * blockDim.x + threadIdx.x;
-    if (i >= d) return;
+    const int i0 = 4 * (blockIdx.y * blockDim.x + threadIdx.x);
+    if (i0 >= d) return;
     const double* m = mix + (size_t)t * (2 + hc) * hc;
     const float* xt = x_in + (size_t)t * hc * d;
-    float old[HC_MAX];
-    old_streams(xt, hc, d, i, old);
-    const double o = block_output(out, slots, k, skip_shared, t, d, i);
+    const size_t ptrs = (size_t)x_in | (size_t)x_out | (size_t)out | (size_t)slots;
+    if ((d & 3) != 0 || (ptrs & 15) != 0 || hc > HC_POST_STREAMS) {
+        for (int i = i0; i < min(i0 + 4, d); i++) {
+            float old[HC_MAX];
+            old_streams(xt, hc, d, i, old);
+            const double o = block_output(out, slots, k, skip_shared, t, d, i);
+            #pragma unroll
+            for (int q = 0; q < HC_MAX; q++)
+                if (q < hc) x_out[((size_t)t * hc + q) * d + i] = post_stream(m, hc, q, o, old);
+        }
+        return;
+    }
+    float4 x4[HC_POST_STREAMS];
     #pragma unroll
-    for (int q = 0; q < HC_MAX; q++)
-        if (q < hc) x_out[((size_t)t * hc + q) * d + i] = post_stream(m, hc, q, o, old);
+    for (int j = 0; j < HC_POST_STREAMS; j++)
+        if (j < hc) x4[j] = *(const float4*)(xt + (size_t)j * d + i0);
+    float4 o4;
+    if (!slots) {
+        o4 = *(const float4*)(out + (size_t)t * d + i0);
+    } else {
+        const float4* sl = (const float4*)(slots + (size_t)t * k * d + i0);
+        const int d4 = d >> 2;
+        float4 s4[HC_POST_SLOTS], sh;
+        #pragma unroll
+        for (int s = 0; s < HC_POST_SLOTS; s++)
+            if (s < k) s4[s] = sl[(size_t)s * d4];
+        if (!skip_shared) sh = *(const float4*)(out + (size_t)t * d + i0);
+        double a[4] = {0.0, 0.0, 0.0, 0.0};
+        #pragma unroll
+        for (int s = 0; s < HC_POST_SLOTS; s++) {
+            if (s < k) {
+                a[0] += (double)s4[s].x;
+                a[1] += (double)s4[s].y;
+                a[2] += (double)s4[s].z;
+                a[3] += (double)s4[s].w;
+            }
+        }
+        for (int s = HC_POST_SLOTS; s < k; s++) {
+            const float4 v = sl[(size_t)s * d4];
+            a[0] += (double)v.x;
+            a[1] += (double)v.y;
+            a[2] += (double)v.z;
+            a[3] += (double)v.w;
+        }
+        if (!skip_shared) {
+            a[0] += (double)sh.x;
+            a[1] += (double)sh.y;
+            a[2] += (double)sh.z;
+            a[3] += (double)sh.w;
+        }
+        o4 = make_float4((float)a[0], (float)a[1], (float)a[2], (float)a[3]);
+    }
+    float old[4][HC_POST_STREAMS];
+    #pragma unroll
+    for (int j = 0; j < HC_POST_STREAMS; j++) {
+        old[0][j] = x4[j].x;
+        old[1][j] = x4[j].y;
+        old[2][j] = x4[j].z;
+        old[3][j] = x4[j].w;
+    }
+    #pragma unroll
+    for (int q = 0; q < HC_POST_STREAMS; q++) {
+        if (q < hc)
+            *(float4*)(x_out + ((size_t)t * hc + q) * d + i0) =
+                make_float4(post_stream<HC_POST_STREAMS>(m, hc, q, (double)o4.x, old[0]),
+                            post_stream<HC_POST_STREAMS>(m, hc, q, (double)o4.y, old[1]),
+                            post_stream<HC_POST_STREAMS>(m, hc, q, (double)o4.z, old[2]),
+                            post_stream<HC_POST_STREAMS>(m, hc, q, (double)o4.w, old[3]));
+    }
 }

@@ -171,7 +171,7 @@ impl Dsv4Gpu {
     fn post_launch(&self, g: &Gpu, post: Post, x: u64, n: usize) -> Result<()> {
         let (hc, d) = (self.config.hc_mult, self.config.hidden_size);
         let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
-        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(256) as u32, 1), 256, 0);
+        launch!(g, "hc_post", Gpu::cfg((n as u32, d.div_ceil(4 * 256) as u32, 1), 256, 0);
             post.from, x, post.out, slots, k as i32, skip as i32, post.mix, hc as i32, d as i32);
         Ok(())
     }
