@@ -24,8 +24,8 @@
 #define HC_SLICE 256
 // hc_site_rows' blocks an SM (its register bound).
 #define HC_ROWS_BLOCKS 3
-// Tokens of an hc_site_rows block: fn's rows, staged once a block, serve
-// them all (one token a block staged 24 KiB of fn for its 256 elements).
+// Tokens of an hc_site_rows block: the tensor-core instruction's n (fn's
+// rows, staged once a block, serve them all).
 #define HC_ROWS_TOKENS 8
 
 __device__ __forceinline__ double sigmoid_d(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -158,33 +158,35 @@ __device__ __forceinline__ float post_stream(const double* __restrict__ m, int h
     return (float)acc;
 }
 
-// hc_site_rows' trees: a warp's 32 values of x' a row of xs (HC_XS_ROW
-// doubles: the 2 of padding put a quarter warp's 8 rows in different
-// banks); fn's rows staged HC_TREE_ROWS at a time in the dynamic shared
-// memory, a row's 32-float groups HC_FS_GROUP floats apart (the same).
-#define HC_XS_ROW 34
-#define HC_TREE_ROWS 24
-#define HC_FS_GROUP 36
-#define HC_FS_ROW (HC_SLICE / 32 * HC_FS_GROUP)
+// hc_site_rows' mixes on the FP64 tensor cores. A warp's value of one
+// row u of fn times x' over its 32 elements is warp_sum's tree of the 32
+// products (hc_site's bits): the pairs (j, j + 16), then (j, j + 8), (j,
+// j + 4), (j, j + 2), (0, 1). A float times a float is exact in f64, so
+// pair j is fma(g_{j+16}, x_{j+16}, g_j x_j): the chain of fmas that one
+// m16n8k4 instruction computes over k = (j, j + 16) from -0 (k = 2, 3 add
+// the products 0 x -0 = -0, which change no value), for 16 rows of fn (m)
+// and 8 tokens (n). The 16 pairs go onto a stack of subtrees in registers
+// in bit-reversed order (leaf_brev4, mma_leaf_push_regs), which adds them
+// in the tree's order. The squares' tree (x'^2) by one thread (square_tree).
+// Staged rows (fn's, as f64; the tokens' x') hold a warp's 32 elements as
+// HC_X_GROUP doubles (the second half one double on: element j + 16 at j +
+// 17) and a row is HC_X_ROW doubles (= 10 mod 16): a fragment's 16 reads
+// (8 rows g, the halves q) fall in 16 distinct double-wide banks.
+#define HC_MMA_ROWS 16
+#define HC_X_GROUP 33
+#define HC_X_ROW (HC_SLICE / 32 * HC_X_GROUP + 2)
 
-// warp_sum's total of the 32 products g_l x_l (l < 32; g = x where
-// SQUARES), by one thread. The butterfly's adds commute, so every lane ends
-// with the one tree: the pairs a_j = (j, j + 16), then a_j + a_{j + 8},
-// then (j, j + 4), (j, j + 2), (0, 1), here level by level (8 partials
-// live). A float times a float is exact in f64, so a pair's add is one fma
-// of the second product onto the first.
-template <bool SQUARES>
-__device__ __forceinline__ double pair_leaf(const float* g, const double* x, int j) {
-    const double a = SQUARES ? x[j] : (double)g[j], b = SQUARES ? x[j + 16] : (double)g[j + 16];
-    return fma(b, x[j + 16], a * x[j]);
-}
-template <bool SQUARES>
-__device__ __forceinline__ double tree32(const float* g, const double* x) {
+// Where element e (< HC_SLICE) of a slice lies in a staged row.
+__device__ __forceinline__ int hc_x_at(int e) { return (e >> 5) * HC_X_GROUP + (e & 31) + ((e >> 4) & 1); }
+
+// warp_sum's tree of the 32 squares of x (a group of a staged row), by one
+// thread: the pairs (j, j + 16) as one fma each, then level by level.
+__device__ __forceinline__ double square_tree(const double* x) {
     double p[8];
     #pragma unroll
-    for (int j = 0; j < 8; j++) p[j] = pair_leaf<SQUARES>(g, x, j);
+    for (int j = 0; j < 8; j++) p[j] = fma(x[j + 17], x[j + 17], x[j] * x[j]);
     #pragma unroll
-    for (int j = 0; j < 8; j++) p[j] += pair_leaf<SQUARES>(g, x, j + 8);
+    for (int j = 0; j < 8; j++) p[j] += fma(x[j + 25], x[j + 25], x[j + 8] * x[j + 8]);
     #pragma unroll
     for (int o = 4; o > 0; o >>= 1) {
         #pragma unroll
@@ -193,61 +195,62 @@ __device__ __forceinline__ double tree32(const float* g, const double* x) {
     return p[0];
 }
 
-// Rows u0 .. u0 + rows - 1 of fn, from element e0 of each, into the
-// dynamic shared memory (a row HC_FS_ROW floats, its 32-float groups
-// HC_FS_GROUP apart): a float4 a thread, coalesced, by cp.async (plain
-// loads past width or unaligned, zeros past width), one group committed.
-// The caller waits (copy_async_wait_all) and syncs before reading them.
-__device__ __forceinline__ void stage_fn_rows(const float* __restrict__ fn, int u0, int rows, int width, int e0) {
-    // thread tid copies float4 c = tid % Q of rows tid / Q, tid / Q + R, ... (the block is HC_SLICE threads)
-    constexpr int Q = HC_SLICE / 4, R = HC_SLICE / Q;
-    const int c = threadIdx.x % Q, e = e0 + 4 * c;
-    const float* src = fn + (size_t)(u0 + threadIdx.x / Q) * width + e;
-    float* dst = (float*)xs_dyn + threadIdx.x / Q * HC_FS_ROW + (c >> 3) * HC_FS_GROUP + 4 * (c & 7);
-    const bool whole = (width & 3) == 0 && (((size_t)fn) & 15) == 0 && e + 3 < width;
-    const size_t step = (size_t)R * width;
-    if (whole) {
-        for (int u = threadIdx.x / Q; u < rows; u += R, src += step, dst += R * HC_FS_ROW) copy_async16(dst, src);
-    } else {
-        for (int u = threadIdx.x / Q; u < rows; u += R, src += step, dst += R * HC_FS_ROW) {
-            #pragma unroll
-            for (int m = 0; m < 4; m++) dst[m] = e + m < width ? src[m] : 0.0f;
-        }
-    }
-    copy_async_commit();
+// This thread's element e of fn's rows u0 .. u0 + HC_MMA_ROWS - 1 (zeros
+// past nm or width): loads in flight for fn_tile_store.
+__device__ __forceinline__ void fn_tile_load(const float* __restrict__ fn, int u0, int nm, int width, int e,
+                                             float (&f)[HC_MMA_ROWS]) {
+    #pragma unroll
+    for (int r = 0; r < HC_MMA_ROWS; r++) f[r] = e < width && u0 + r < nm ? __ldg(fn + (size_t)(u0 + r) * width + e) : 0.0f;
+}
+__device__ __forceinline__ void fn_tile_store(const float (&f)[HC_MMA_ROWS], double* fs, int pe) {
+    #pragma unroll
+    for (int r = 0; r < HC_MMA_ROWS; r++) fs[r * HC_X_ROW + pe] = (double)f[r];
 }
 
 // hc_site_rows' slice partials before the warps' sum, for each of the
-// block's T tokens j: red[(j W + w) (nm + 1)] = warp_sum of x'^2 over warp
-// w's 32 elements, red[(j W + w) (nm + 1) + 1 + u] of row u of fn times x',
-// each by one thread (tree32). xs holds the tokens' x' (token j's warp w
-// at xs + (j W + w) HC_XS_ROW; written before the call, the first barrier
-// is here); fn's rows pass through the dynamic shared memory HC_TREE_ROWS
-// at a time (stage_fn_rows), the first of them staged by the caller before
-// its wait for its inputs. All threads; the caller syncs before reading red.
+// block's T = 8 tokens j: red[(j W + w) (nm + 1)] = the squares' tree over
+// warp w's 32 elements of x', red[(j W + w) (nm + 1) + 1 + u] row u of fn
+// times them. xs holds the tokens' x' (token j's row at xs + j HC_X_ROW,
+// written before the call; the first barrier is here), f this thread's
+// element of fn's first HC_MMA_ROWS rows (fn_tile_load); fs a tile's rows
+// of fn. Warp w takes its 32 elements' tiles of 16 rows by the 8 tokens.
+// All threads; the caller syncs before reading red.
 template <int T>
-__device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, int width, int e0, const double* xs,
-                                          double* red) {
+__device__ __forceinline__ void mix_mma(const float* __restrict__ fn, int nm, int width, int e, float (&f)[HC_MMA_ROWS],
+                                        double* fs, const double* xs, double* red) {
     constexpr int W = HC_SLICE / 32;
-    const float* fs = (const float*)xs_dyn;
-    for (int u0 = 0; u0 < max(nm, 1); u0 += HC_TREE_ROWS) {
-        const int rows = min(HC_TREE_ROWS, nm - u0), first = u0 == 0;
-        if (!first) {
-            __syncthreads();  // the previous rows' trees done
-            stage_fn_rows(fn, u0, rows, width, e0);
+    static_assert(T == 8, "the instruction's n: 8 tokens");
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, q = lane & 3, pe = hc_x_at(threadIdx.x);
+    // thread (g, q < 2) reads element l (q = 0) or l + 16 (q = 1) of row g of a tile and of token g; q = 2, 3
+    // read the same words (no more wavefronts) and take A = 0, B = -0
+    const double* fa = fs + g * HC_X_ROW + w * HC_X_GROUP + 17 * (q & 1);
+    const double* xb = xs + g * HC_X_ROW + w * HC_X_GROUP + 17 * (q & 1);
+    const bool real = q < 2;
+    for (int u0 = 0; u0 < max(nm, 1); u0 += HC_MMA_ROWS) {
+        fn_tile_store(f, fs, pe);
+        __syncthreads();  // the tile's rows (and, the first time, xs) are staged
+        if (u0 + HC_MMA_ROWS < nm) fn_tile_load(fn, u0 + HC_MMA_ROWS, nm, width, e, f);
+        if (u0 == 0)
+            for (int i = threadIdx.x; i < T * W; i += blockDim.x)
+                red[i * (nm + 1)] = square_tree(xs + i / W * HC_X_ROW + i % W * HC_X_GROUP);
+        double st[4][4], x[4];
+        #pragma unroll
+        for (int mi = 0; mi < 16; mi++) {
+            const int l = leaf_brev4(mi);
+            const double av0 = fa[l], av1 = fa[8 * HC_X_ROW + l], bv = xb[l];
+            const double a[2] = {real ? av0 : 0.0, real ? av1 : 0.0};
+            #pragma unroll
+            for (int i = 0; i < 4; i++) x[i] = -0.0;
+            mma_k4(x, a, real ? bv : -0.0);
+            mma_leaf_push_regs(st, x, mi);
         }
-        copy_async_wait_all();
-        __syncthreads();  // xs written, the rows staged
-        // tree i: token j = i / (values W), warp w = i % W's elements, value v = i / W % values (x'^2 first, in
-        // the first rows)
-        const int values = rows + first;
-        for (int i = threadIdx.x; i < T * values * W; i += blockDim.x) {
-            const int w = i % W, v = i / W % values, j = i / (W * values), u = v - first;
-            const double* x = xs + (j * W + w) * HC_XS_ROW;
-            double* r = red + (j * W + w) * (nm + 1);
-            if (u < 0) r[0] = tree32<true>(nullptr, x);
-            else r[1 + u0 + u] = tree32<false>(fs + u * HC_FS_ROW + w * HC_FS_GROUP, x);
+        // x[i]: row u0 + g + 8 (i / 2), token 2 q + i % 2
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int u = u0 + g + 8 * (i >> 1), j = 2 * q + (i & 1);
+            if (u < nm) red[(j * W + w) * (nm + 1) + 1 + u] = x[i];
         }
+        __syncthreads();  // the tile's fragments are read: the next may overwrite fs
     }
 }
 
@@ -269,9 +272,8 @@ __device__ __forceinline__ void mix_trees(const float* __restrict__ fn, int nm, 
 // - the slice's mix partials [sum x'^2 | fn_0 . x' | ... | fn_{nm-1} . x']
 //   into partials[t, s] (each a warp butterfly's bits, then the warps in
 //   order; hc_site sums 32 values a lane at once with warp_sums32, which
-//   holds 32 doubles a thread, and hc_site_rows a warp's sum of a value by
-//   one thread, tree32, without shuffles, so that several blocks fit an
-//   SM);
+//   holds 32 doubles a thread, and hc_site_rows 16 rows of fn by 8 tokens
+//   a warp on the FP64 tensor cores, mix_mma);
 // - hc_site's last block to finish (an atomic count in done[t], which that
 //   block sets back to 0; hc_collapse_rows for each token of several): pre
 //   from the partials summed over the slices, then the collapsed row
@@ -405,22 +407,23 @@ extern "C" __global__ void hc_site(HC_SITE_PARAMS) { hc_site_one(HC_SITE_ARGS); 
 // the streams x (row rows[t] of token t, or t where rows is null; the host
 // runs hc_post first where the site has a post), grid (ceil(n / T)
 // slices); hc_collapse_rows then does the last block's work of hc_site for
-// each token. The dynamic shared memory (state.rs hc_rows_smem): fn's
-// staged rows, then the tokens' x' (T W rows of HC_XS_ROW doubles), then
-// their warps' values (T W rows of nm + 1 doubles).
+// each token. The dynamic shared memory (state.rs hc_rows_smem): a tile of
+// fn's rows (HC_MMA_ROWS rows of HC_X_ROW doubles), then the tokens' x' (T
+// such rows), then their warps' values (T W rows of nm + 1 doubles).
 extern "C" __global__ void __launch_bounds__(HC_SLICE, HC_ROWS_BLOCKS)
     hc_site_rows(const float* __restrict__ x, const int* __restrict__ rows, const float* __restrict__ fn, int nm,
                  double* __restrict__ partials, int hc, int d, int n) {
-    constexpr int T = HC_ROWS_TOKENS, W = HC_SLICE / 32;
+    constexpr int T = HC_ROWS_TOKENS;
     const int width = hc * d, slices = (width + HC_SLICE - 1) / HC_SLICE;
-    const int grp = blockIdx.x / slices, s = blockIdx.x % slices, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int e = s * HC_SLICE + threadIdx.x, t0 = grp * T, nt = min(T, n - t0);
+    const int grp = blockIdx.x / slices, s = blockIdx.x % slices;
+    const int e = s * HC_SLICE + threadIdx.x, t0 = grp * T, nt = min(T, n - t0), pe = hc_x_at(threadIdx.x);
     const bool in = e < width;
-    // fn's first rows on their way to shared memory while the streams load
-    stage_fn_rows(fn, 0, min(nm, HC_TREE_ROWS), width, s * HC_SLICE);
-    const int staged = min(nm, HC_TREE_ROWS) * HC_FS_ROW;  // floats, a multiple of 4
-    double* xs = (double*)((float*)xs_dyn + staged);
-    double* red = xs + T * W * HC_XS_ROW;
+    double* fs = xs_dyn;
+    double* xs = fs + HC_MMA_ROWS * HC_X_ROW;
+    double* red = xs + T * HC_X_ROW;
+    // fn's first tile in flight while the streams load
+    float f[HC_MMA_ROWS];
+    fn_tile_load(fn, 0, nm, width, e, f);
     await_inputs();
     // the tokens' elements, all in flight at once
     float v[T];
@@ -430,12 +433,12 @@ extern "C" __global__ void __launch_bounds__(HC_SLICE, HC_ROWS_BLOCKS)
         v[j] = in && j < nt ? x[(rows ? (size_t)rows[t] : (size_t)t) * width + e] : 0.0f;
     }
     #pragma unroll
-    for (int j = 0; j < T; j++) xs[(j * W + warp) * HC_XS_ROW + lane] = v[j];
-    mix_trees<T>(fn, nm, width, s * HC_SLICE, xs, red);
-    __syncthreads();
+    for (int j = 0; j < T; j++) xs[j * HC_X_ROW + pe] = v[j];
+    mix_mma<T>(fn, nm, width, e, f, fs, xs, red);
     #pragma unroll 1
     for (int j = 0; j < nt; j++)
-        site_partials(red + j * W * (nm + 1), nm + 1, nm, partials + ((size_t)(t0 + j) * slices + s) * (nm + 1));
+        site_partials(red + j * (HC_SLICE / 32) * (nm + 1), nm + 1, nm,
+                      partials + ((size_t)(t0 + j) * slices + s) * (nm + 1));
 }
 
 // After hc_site_rows: token t = blockIdx.x's pre from its slices' partials,

@@ -381,21 +381,27 @@ __device__ __forceinline__ void mma_k4(double (&d)[4], const double (&a)[2], dou
 __device__ __forceinline__ int leaf_brev5(int mi) {
     return ((mi & 1) << 4) | ((mi & 2) << 2) | (mi & 4) | ((mi & 8) >> 2) | ((mi & 16) >> 4);
 }
+// the same for 16 leaves (4 bits)
+__device__ __forceinline__ int leaf_brev4(int mi) {
+    return ((mi & 1) << 3) | ((mi & 2) << 1) | ((mi & 4) >> 1) | ((mi & 8) >> 3);
+}
 __device__ __forceinline__ int leaf_trailing_ones(int mi) {
     return !(mi & 1) ? 0 : !(mi & 2) ? 1 : !(mi & 4) ? 2 : !(mi & 8) ? 3 : !(mi & 16) ? 4 : 5;
 }
 
-// Leaf mi's sums x (the mi-th in bit-reversed order, leaf_brev5) onto a
-// stack of complete subtrees in registers (mma_leaf_push's additions: each
-// 1 bit of mi from the lowest adds that level's subtree, the first 0 bit
-// stores x there). After leaf 31, x is the whole of warp_sum's tree.
-__device__ __forceinline__ void mma_leaf_push_regs(double (&st)[5][4], double (&x)[4], int mi) {
+// Leaf mi's sums x (the mi-th in bit-reversed order, leaf_brev5, or
+// leaf_brev4 for L = 4 levels) onto a stack of complete subtrees in
+// registers (mma_leaf_push's additions: each 1 bit of mi from the lowest
+// adds that level's subtree, the first 0 bit stores x there). After leaf
+// 2^L - 1, x is the whole tree (L = 5: warp_sum's).
+template <int L>
+__device__ __forceinline__ void mma_leaf_push_regs(double (&st)[L][4], double (&x)[4], int mi) {
     const int ones = leaf_trailing_ones(mi);
     #pragma unroll
     for (int lvl = 0; lvl < ones; lvl++)
         #pragma unroll
         for (int i = 0; i < 4; i++) x[i] = st[lvl][i] + x[i];
-    if (ones < 5)
+    if (ones < L)
         #pragma unroll
         for (int i = 0; i < 4; i++) st[ones][i] = x[i];
 }

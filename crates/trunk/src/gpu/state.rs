@@ -84,30 +84,29 @@ pub fn hc_slices(hc: usize, d: usize) -> usize {
     (hc * d).div_ceil(HC_SLICE)
 }
 
-/// Rows of `fn` that `hc_site_rows` stages at a time in its dynamic shared
-/// memory (kernels/hc.cu `HC_TREE_ROWS`), the floats of a warp's 32 in a
-/// staged row (`HC_FS_GROUP`: 4 of padding) and the floats a staged row
-/// takes (`HC_FS_ROW`).
-pub const HC_TREE_ROWS: usize = 24;
-pub const HC_FS_GROUP: usize = 36;
-pub const HC_FS_ROW: usize = HC_SLICE / 32 * HC_FS_GROUP;
+/// Rows of `fn` that `hc_site_rows` stages a tile at a time in its dynamic
+/// shared memory, as f64 (kernels/hc.cu `HC_MMA_ROWS`: the tensor-core
+/// instruction's m), the doubles a warp's 32 elements take in a staged row
+/// (`HC_X_GROUP`: the second half one double on) and the doubles of a
+/// staged row (`HC_X_ROW`: 2 of padding, 10 mod 16, so that a fragment's
+/// reads of 8 rows fall in distinct banks).
+pub const HC_MMA_ROWS: usize = 16;
+pub const HC_X_GROUP: usize = 33;
+pub const HC_X_ROW: usize = HC_SLICE / 32 * HC_X_GROUP + 2;
 
-/// Tokens of an `hc_site_rows` block (kernels/hc.cu `HC_ROWS_TOKENS`: fn's
-/// staged rows serve them all) and the doubles of a warp's row of x' in its
-/// shared memory (`HC_XS_ROW`: 32 and 2 of padding).
+/// Tokens of an `hc_site_rows` block (kernels/hc.cu `HC_ROWS_TOKENS`: the
+/// tensor-core instruction's n; fn's staged rows serve them all).
 pub const HC_ROWS_TOKENS: usize = 8;
-pub const HC_XS_ROW: usize = 34;
 /// What `hc_site_rows` opts in to: its dynamic shared memory at eight
 /// streams (80 mixes; `hc_rows_smem`).
 pub const HC_ROWS_SMEM_MAX: usize = 96 << 10;
 
-/// The dynamic shared memory of `hc_site_rows` with `nm` mixes: the staged
-/// rows of `fn`, then the block's tokens' x' ([`HC_ROWS_TOKENS`] x 8 warps'
-/// rows of [`HC_XS_ROW`] doubles) and their warps' values (as many rows of
-/// nm + 1 doubles).
+/// The dynamic shared memory of `hc_site_rows` with `nm` mixes: a tile of
+/// fn's rows and the block's tokens' x' ([`HC_MMA_ROWS`] and
+/// [`HC_ROWS_TOKENS`] rows of [`HC_X_ROW`] doubles), then the tokens' 8
+/// warps' values (rows of nm + 1 doubles).
 pub fn hc_rows_smem(nm: usize) -> usize {
-    let rows = HC_ROWS_TOKENS * HC_SLICE / 32;
-    nm.min(HC_TREE_ROWS) * HC_FS_ROW * 4 + rows * HC_XS_ROW * 8 + rows * (nm + 1) * 8
+    (HC_MMA_ROWS + HC_ROWS_TOKENS) * HC_X_ROW * 8 + HC_ROWS_TOKENS * HC_SLICE / 32 * (nm + 1) * 8
 }
 
 /// Rows of logits computed per head launch.
