@@ -200,7 +200,8 @@ __device__ __forceinline__ double square_tree(const double* x) {
 __device__ __forceinline__ void fn_tile_load(const float* __restrict__ fn, int u0, int nm, int width, int e,
                                              float (&f)[HC_MMA_ROWS]) {
     #pragma unroll
-    for (int r = 0; r < HC_MMA_ROWS; r++) f[r] = e < width && u0 + r < nm ? __ldg(fn + (size_t)(u0 + r) * width + e) : 0.0f;
+    for (int r = 0; r < HC_MMA_ROWS; r++)
+        f[r] = e < width && u0 + r < nm ? __ldg(fn + (size_t)(u0 + r) * width + e) : 0.0f;
 }
 __device__ __forceinline__ void fn_tile_store(const float (&f)[HC_MMA_ROWS], double* fs, int pe) {
     #pragma unroll
@@ -546,9 +547,9 @@ extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int 
 // 1024)), block 256.
 #define HC_POST_STREAMS 4
 #define HC_POST_SLOTS 8
-extern "C" __global__ void __launch_bounds__(256, 2) hc_post(const float* x_in, float* x_out, const float* __restrict__ out,
-                                   const float* __restrict__ slots, int k, int skip_shared,
-                                   const double* __restrict__ mix, int hc, int d) {
+extern "C" __global__ void __launch_bounds__(256, 2)
+    hc_post(const float* x_in, float* x_out, const float* __restrict__ out, const float* __restrict__ slots, int k,
+            int skip_shared, const double* __restrict__ mix, int hc, int d) {
     await_inputs();
     const int t = blockIdx.x;
     const int i0 = 4 * (blockIdx.y * blockDim.x + threadIdx.x);

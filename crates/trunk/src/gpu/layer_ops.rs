@@ -871,17 +871,18 @@ mod tests {
 
     #[test]
     fn hc_site_reduce_scatter_gives_the_butterfly_bits() {
-        // 32 sums a lane; lane l is left with value l. The butterfly is warp_sum's, which
-        // hc_site_rows takes a value at a time: hc_site (decode) and hc_site_rows (prefill)
-        // give the same bits
+        // 32 sums a lane; lane l is left with value l. The butterfly is warp_sum's, whose tree
+        // hc_site_rows computes on the tensor cores (tree32 below): hc_site (decode) and
+        // hc_site_rows (prefill) give the same bits
         assert_butterfly_bits::<32>(11, &[16, 8, 4, 2, 1], &[], &[1, 2, 4, 8, 16], |_| true);
         let d: [[f64; 32]; 32] = std::array::from_fn(|l| std::array::from_fn(|k| (l * 32 + k) as f64));
         assert!(reduce_scatter(&d, &[16, 8, 4, 2, 1], &[]).iter().enumerate().all(|(l, &(k, _))| k == l));
     }
 
-    /// kernels/hc.cu `tree32`: warp_sum's tree of 32 products of floats by
-    /// one thread, level by level, each pair (j, j + 16) one fma of the
-    /// second product onto the first.
+    /// warp_sum's tree of 32 products of floats by one thread, level by
+    /// level, each pair (j, j + 16) one fma of the second product onto the
+    /// first: the reference for hc_site_rows' sums (kernels/hc.cu
+    /// `mix_mma`'s leaves and stack, `square_tree`).
     fn tree32(g: &[f32; 32], x: &[f32; 32]) -> f64 {
         let leaf = |j: usize| (g[j + 16] as f64).mul_add(x[j + 16] as f64, g[j] as f64 * x[j] as f64);
         let mut p: [f64; 8] = std::array::from_fn(leaf);
@@ -909,7 +910,7 @@ mod tests {
             let products: [f64; 32] = std::array::from_fn(|l| g[l] as f64 * x[l] as f64);
             let want = butterfly(products);
             assert_eq!(tree32(&g, &x).to_bits(), want.to_bits(), "{g:?} {x:?}");
-            // the squares (the kernel's SQUARES arm)
+            // the squares (kernels/hc.cu `square_tree`)
             assert_eq!(
                 tree32(&x, &x).to_bits(),
                 butterfly(std::array::from_fn(|l| x[l] as f64 * x[l] as f64)).to_bits()

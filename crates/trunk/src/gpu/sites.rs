@@ -94,8 +94,8 @@ impl Dsv4Gpu {
         let post = site.post.unwrap_or(Post { from: site.x, out: 0, moe: None, mix: 0 });
         let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
         // one token: hc_site, the post and the mixes summed 32 a lane at once; several: hc_post, where
-        // there is a post, then hc_site_rows, each warp's sum of a value by one thread from fn's rows
-        // staged in shared memory (several blocks an SM); the same bits
+        // there is a post, then hc_site_rows, 16 rows of fn by 8 tokens a warp on the FP64 tensor cores
+        // (mix_mma, warp_sum's tree), and hc_collapse_rows; the same bits
         let slices = hc_slices(hc, d);
         // the normalized row, where the site norms it, through the collapse's dynamic shared memory
         let norm_smem = if site.norm.is_some() { d * 4 } else { 0 } as u32;
