@@ -117,8 +117,8 @@ pub fn ptx() -> Result<&'static str> {
 mod tests {
     use std::collections::HashMap;
 
-    /// The text from `open` (just past an opening bracket) to its matching
-    /// close, and the rest after it.
+    /// The text up to the bracket that closes one opened just before
+    /// `text`, and the rest after that bracket.
     fn balanced(text: &str) -> Option<(&str, &str)> {
         let mut depth = 0usize;
         for (i, c) in text.char_indices() {
@@ -134,13 +134,13 @@ mod tests {
 
     /// `text` cut at its commas outside brackets (an empty last piece, a
     /// trailing comma's, left out).
-    fn top_level(text: &str, sep: char) -> Vec<&str> {
+    fn top_level(text: &str) -> Vec<&str> {
         let (mut out, mut depth, mut start) = (Vec::new(), 0i32, 0);
         for (i, c) in text.char_indices() {
             match c {
                 '(' | '[' | '{' => depth += 1,
                 ')' | ']' | '}' => depth -= 1,
-                c if c == sep && depth == 0 => {
+                ',' if depth == 0 => {
                     out.push(text[start..i].trim());
                     start = i + 1;
                 }
@@ -173,7 +173,7 @@ mod tests {
             }
         }
         fn count(params: &str, defines: &HashMap<String, String>) -> usize {
-            top_level(params, ',')
+            top_level(params)
                 .into_iter()
                 .map(|p| match defines.get(p) {
                     Some(body) => count(body, defines),
@@ -214,9 +214,9 @@ mod tests {
             let start = at + line.len() - part.len();
             let body = balanced(&rs[start..]).expect("a launch's arguments").0;
             let (head, args) = body.split_once(';').expect("a launch's `;`");
-            let head = top_level(head, ',');
+            let head = top_level(head);
             if let Some(name) = head.get(1).and_then(|h| h.strip_prefix('"')).and_then(|h| h.strip_suffix('"')) {
-                out.push((name.to_string(), top_level(args, ',').len()));
+                out.push((name.to_string(), top_level(args).len()));
             }
         }
         out

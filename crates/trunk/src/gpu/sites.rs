@@ -83,7 +83,7 @@ impl Dsv4Gpu {
         self.hc_site(g, sc, hcw, site, n)
     }
 
-    /// One site's launch (kernels/hc.cu) for `n` tokens with the
+    /// One site's launches (kernels/hc.cu) for `n` tokens with the
     /// mixes of `hcw`.
     fn hc_site(&self, g: &Gpu, sc: &Scratch, hcw: &DevHc, site: Site, n: usize) -> Result<()> {
         let c = &self.config;
@@ -91,8 +91,6 @@ impl Dsv4Gpu {
         // a post writes another buffer than it reads (other blocks still read
         // the old streams); without one the kernel reads the streams in place
         debug_assert!(site.post.is_none_or(|p| p.from != site.x), "hc_site's post must not write in place");
-        let post = site.post.unwrap_or(Post { from: site.x, out: 0, moe: None, mix: 0 });
-        let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
         // one token: hc_site, the post and the mixes summed 32 a lane at once; several: hc_post, where
         // there is a post, then hc_site_rows, 16 rows of fn by 8 tokens a warp on the FP64 tensor cores
         // (mix_mma, warp_sum's tree), and hc_collapse_rows; the same bits
@@ -100,6 +98,8 @@ impl Dsv4Gpu {
         // the normalized row, where the site norms it, through the collapse's dynamic shared memory
         let norm_smem = if site.norm.is_some() { d * 4 } else { 0 } as u32;
         if n == 1 {
+            let post = site.post.unwrap_or(Post { from: site.x, out: 0, moe: None, mix: 0 });
+            let (slots, k, skip) = post.moe.unwrap_or((0, 0, false));
             launch!(g, "hc_site", Gpu::cfg((slices as u32, 1, 1), HC_SLICE as u32, norm_smem);
                 post.from, site.x, site.rows, post.out, slots, k as i32, skip as i32, post.mix, hcw.fn_.ptr,
                 site.nm as i32, site.partials, sc.site_done.ptr, c.rms_norm_eps as f32, hcw.base.ptr,
