@@ -118,3 +118,79 @@ extern "C" __global__ void rms_norm_rope(float* x, const float* __restrict__ w, 
     if ((int)threadIdx.x < npairs) rotate_pair(&r[2 * threadIdx.x], &r[2 * threadIdx.x + 1], c, s);
     rope_pairs(r, p, inv_freq, blockDim.x, npairs, false);  // pairs past the block's first round
 }
+
+// rms_norm_rope with a warp a row, NORM_ROPE_WARPS rows a block (block 32
+// NORM_ROPE_WARPS threads, grid ceil((rows + n2) / NORM_ROPE_WARPS); rows
+// of x then n2 rows of x2, as rms_norm_rope's blocks), for rows of at most
+// 512 values read as float4s whose rotated part starts at a float4
+// (layer_ops.rs norm_rope_warps; 16-byte aligned rows and weights). Lane l
+// does what threads l, l + 32, l + 64 and l + 96 of rms_norm_rope's block
+// of 128 do: float4 q = l + 32 u (u < 4), its chain of squares from zero,
+// each u's chains summed by warp_sum (warp u's butterfly), the four totals
+// added from zero in u order (block_sum's), the same outputs rounded once;
+// then the pairs of its own float4s rotated in registers (rotate_pair on
+// the same normalized floats, with their angles taken before the wait).
+// No barrier, one write a value: the same bits.
+#define NORM_ROPE_WARPS 4
+extern "C" __global__ void __launch_bounds__(32 * NORM_ROPE_WARPS)
+    rms_norm_rope_warps(float* x, const float* __restrict__ w, int heads, int rows, float* x2,
+                        const float* __restrict__ w2, int n2, int width, float eps, const float* __restrict__ inv_freq,
+                        int npairs, int pos0) {
+    const int lane = threadIdx.x & 31, at = blockIdx.x * NORM_ROPE_WARPS + (threadIdx.x >> 5);
+    const bool live = at < rows + n2, second = at >= rows;
+    const int row = second ? at - rows : at, n4 = width >> 2, r4 = (width - 2 * npairs) >> 2;
+    const float* g = second ? w2 : w;
+    const float p = (float)(pos0 + (second ? row : row / heads));
+    float4 gw[4];
+    float c[4][2], s[4][2];
+    #pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int q = lane + 32 * u;
+        gw[u] = g && live && q < n4 ? ((const float4*)g)[q] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        c[u][0] = c[u][1] = 1.0f;
+        s[u][0] = s[u][1] = 0.0f;
+        if (live && q < n4 && q >= r4) {
+            const int i = 2 * (q - r4);
+            rope_angle(p, inv_freq[i], false, c[u][0], s[u][0]);
+            rope_angle(p, inv_freq[i + 1], false, c[u][1], s[u][1]);
+        }
+    }
+    await_inputs();
+    if (!live) return;
+    float4* x4 = (float4*)((second ? x2 : x) + (size_t)row * width);
+    float4 v[4];
+    double part[4];
+    #pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int q = lane + 32 * u;
+        v[u] = q < n4 ? x4[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    #pragma unroll
+    for (int u = 0; u < 4; u++) {
+        double ss = 0.0;
+        if (lane + 32 * u < n4) {
+            ss = fma((double)v[u].x, (double)v[u].x, ss);
+            ss = fma((double)v[u].y, (double)v[u].y, ss);
+            ss = fma((double)v[u].z, (double)v[u].z, ss);
+            ss = fma((double)v[u].w, (double)v[u].w, ss);
+        }
+        part[u] = warp_sum(ss);
+    }
+    double ss = 0.0;
+    #pragma unroll
+    for (int u = 0; u < 4; u++) ss += part[u];
+    const double r = 1.0 / sqrt(ss / (double)width + (double)eps);
+    #pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int q = lane + 32 * u;
+        if (q < n4) {
+            float a = norm_one(v[u].x, r, gw[u].x, g), b = norm_one(v[u].y, r, gw[u].y, g);
+            float e = norm_one(v[u].z, r, gw[u].z, g), f = norm_one(v[u].w, r, gw[u].w, g);
+            if (q >= r4) {
+                rotate_pair(&a, &b, c[u][0], s[u][0]);
+                rotate_pair(&e, &f, c[u][1], s[u][1]);
+            }
+            x4[q] = make_float4(a, b, e, f);
+        }
+    }
+}

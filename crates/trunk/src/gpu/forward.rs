@@ -446,9 +446,21 @@ impl Dsv4Gpu {
         for (l, dl) in stage.dev.iter().enumerate() {
             let sc = &st.scratch[0];
             self.lin(g, &dl.wkv, hq, sc.kv.ptr, n)?;
-            launch!(g, "rms_norm_rope", Gpu::cfg((n as u32, 1, 1), super::layer_ops::norm_rope_block(hd, rd / 2), 0);
-                sc.kv.ptr, dl.kv_norm.ptr, 1i32, n as i32, 0u64, 0u64, hd as i32, c.rms_norm_eps as f32,
-                stage.rope_main.ptr, (rd / 2) as i32, pos0 as i32);
+            super::layer_ops::NormRope {
+                x: sc.kv.ptr,
+                w: dl.kv_norm.ptr,
+                heads: 1,
+                rows: n,
+                x2: 0,
+                w2: 0,
+                n2: 0,
+                width: hd,
+                eps: c.rms_norm_eps as f32,
+                inv_freq: stage.rope_main.ptr,
+                npairs: rd / 2,
+                pos0,
+            }
+            .launch(g)?;
             if self.opts.variant == Variant::Fp8 {
                 let nope = hd - rd;
                 launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);

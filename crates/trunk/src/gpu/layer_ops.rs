@@ -143,6 +143,58 @@ pub(super) fn norm_rope_block(width: usize, npairs: usize) -> u32 {
     }
 }
 
+/// Rows of an `rms_norm_rope_warps` block (kernels/norm.cu
+/// `NORM_ROPE_WARPS`: a warp a row).
+pub(super) const NORM_ROPE_WARPS: usize = 4;
+
+/// Whether `rms_norm_rope_warps` takes rows of `width` values with
+/// `npairs` rotated pairs (16-byte aligned rows and weights): where
+/// `rms_norm_rope` takes blocks of 128 threads, whose work its lanes do
+/// four threads each, and the rotated part starts at a float4, so that
+/// each lane rotates the pairs of its own float4s.
+pub(super) fn norm_rope_warps(width: usize, npairs: usize) -> bool {
+    norm_rope_block(width, npairs) == 128 && 2 * npairs <= width && (width - 2 * npairs).is_multiple_of(4)
+}
+
+/// One launch of the heads' RMS norm and rotation: `rows` rows of `x`
+/// (`heads` a token; weight `w`, 0 for none) and `n2` rows of `x2` (one a
+/// token; weight `w2`), `width` values each, normalized then their last
+/// `npairs` pairs rotated at the token's position from `pos0`, in place.
+/// `rms_norm_rope_warps` where it takes the widths and the addresses, else
+/// `rms_norm_rope`: the same bits.
+pub(super) struct NormRope {
+    pub x: u64,
+    pub w: u64,
+    pub heads: usize,
+    pub rows: usize,
+    pub x2: u64,
+    pub w2: u64,
+    pub n2: usize,
+    pub width: usize,
+    pub eps: f32,
+    pub inv_freq: u64,
+    pub npairs: usize,
+    pub pos0: usize,
+}
+
+impl NormRope {
+    pub(super) fn launch(&self, g: &Gpu) -> Result<()> {
+        let (heads, rows, n2, width) = (self.heads as i32, self.rows as i32, self.n2 as i32, self.width as i32);
+        let (npairs, pos0) = (self.npairs as i32, self.pos0 as i32);
+        let aligned = [self.x, self.w, self.x2, self.w2].iter().all(|p| p % 16 == 0);
+        if aligned && norm_rope_warps(self.width, self.npairs) {
+            let blocks = (self.rows + self.n2).div_ceil(NORM_ROPE_WARPS) as u32;
+            launch!(g, "rms_norm_rope_warps", Gpu::cfg((blocks, 1, 1), (32 * NORM_ROPE_WARPS) as u32, 0);
+                self.x, self.w, heads, rows, self.x2, self.w2, n2, width, self.eps, self.inv_freq, npairs, pos0);
+        } else {
+            let blocks = (self.rows + self.n2) as u32;
+            launch!(g, "rms_norm_rope", Gpu::cfg((blocks, 1, 1), norm_rope_block(self.width, self.npairs), 0);
+                self.x, self.w, heads, rows, self.x2, self.w2, width, self.eps, self.inv_freq, npairs, pos0);
+        }
+        Ok(())
+    }
+}
+
 impl Dsv4Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn attention(
@@ -256,9 +308,21 @@ impl Dsv4Gpu {
         }
         // each head's query normalized (no weight) and rotated, and the key
         // (with its norm's weight), in one launch
-        launch!(g, "rms_norm_rope", Gpu::cfg(((n * nh + n) as u32, 1, 1), norm_rope_block(hd, npairs as usize), 0);
-            sc.q.ptr, 0u64, nh as i32, (n * nh) as i32, sc.kv.ptr, dl.kv_norm.ptr, hd as i32, eps, rope, npairs,
-            pos0);
+        NormRope {
+            x: sc.q.ptr,
+            w: 0,
+            heads: nh,
+            rows: n * nh,
+            x2: sc.kv.ptr,
+            w2: dl.kv_norm.ptr,
+            n2: n,
+            width: hd,
+            eps,
+            inv_freq: rope,
+            npairs: npairs as usize,
+            pos0: pos0 as usize,
+        }
+        .launch(g)?;
         if fp8 {
             let nope = hd - rd;
             launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
@@ -597,6 +661,53 @@ mod tests {
         }
         assert_eq!(super::norm_rope_block(510, 32), 256);
         assert_eq!(super::norm_rope_block(512, 200), 256);
+    }
+
+    /// `rms_norm_rope_warps`' sum of squares (lane l's chains of float4s
+    /// l + 32 u, each u's chains summed by the butterfly, the four totals
+    /// from zero in u order) gives `rms_norm_rope`'s bits at the widths
+    /// `norm_rope_warps` takes; a lane's chains added before the butterfly
+    /// do not (the test's teeth). Each rotated pair lies in one lane's
+    /// float4, where that lane's rotation of it finds it.
+    #[test]
+    fn norm_rope_warps_keep_the_sums() {
+        assert_eq!(kernel_define("norm.cu", "NORM_ROPE_WARPS"), super::NORM_ROPE_WARPS);
+        let mut rng = Rng::new(8, "norm-rope-warps", 0);
+        let mut teeth = false;
+        for width in [16, 64, 128, 256, 512] {
+            assert!(super::norm_rope_warps(width, 8));
+            for _ in 0..200 {
+                let mut x = vec![0.0f32; width];
+                rng.fill_normal(&mut x, 0.0, 1.0);
+                let chain = |q: usize| {
+                    let v = x.get(4 * q..4 * q + 4).unwrap_or(&[]);
+                    v.iter().fold(0.0f64, |ss, &v| (v as f64).mul_add(v as f64, ss))
+                };
+                let warps = (0..4).fold(0.0, |t, u| t + butterfly(std::array::from_fn(|l| chain(l + 32 * u))));
+                assert_eq!(warps.to_bits(), norm_sum_of_squares(&x, 256).to_bits(), "width {width}");
+                let lanes_first = butterfly(std::array::from_fn(|l| (0..4).fold(0.0, |a, u| a + chain(l + 32 * u))));
+                teeth |= lanes_first.to_bits() != warps.to_bits();
+            }
+        }
+        assert!(teeth, "the lanes' chains in another order never changed a sum: the test has no teeth");
+        for (width, npairs) in [(512, 32), (512, 64), (512, 0), (64, 16), (64, 32)] {
+            assert!(super::norm_rope_warps(width, npairs), "{width} {npairs}");
+            // float4 q >= r4 rotates pairs 2 (q - r4) and 2 (q - r4) + 1 at its elements 0, 1 and 2, 3
+            let r4 = (width - 2 * npairs) / 4;
+            let mut pairs: Vec<usize> = Vec::new();
+            for q in r4..width / 4 {
+                for k in 0..2 {
+                    let i = 2 * (q - r4) + k;
+                    assert_eq!(4 * q + 2 * k, width - 2 * npairs + 2 * i);
+                    pairs.push(i);
+                }
+            }
+            assert_eq!(pairs, (0..npairs).collect::<Vec<_>>());
+        }
+        // rotated parts off a float4, rows past 512 values or not of whole float4s, more pairs than values
+        for (width, npairs) in [(512, 31), (512, 33), (1024, 32), (510, 32), (516, 32), (64, 33)] {
+            assert!(!super::norm_rope_warps(width, npairs), "{width} {npairs}");
+        }
     }
 
     /// A reduce-scatter of W sums a lane over the warp: halved at each o

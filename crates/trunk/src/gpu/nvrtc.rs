@@ -45,6 +45,7 @@ pub const KERNELS: &[&str] = &[
     "linear_t1_r4_fp4",
     "rms_norm_f32",
     "rms_norm_rope",
+    "rms_norm_rope_warps",
     "embed_rows",
     "hc_site",
     "hc_site_rows",
