@@ -436,10 +436,18 @@ extern "C" __global__ void __launch_bounds__(HC_SLICE, HC_ROWS_BLOCKS)
     #pragma unroll
     for (int j = 0; j < T; j++) xs[j * HC_X_ROW + pe] = v[j];
     mix_mma<T>(fn, nm, width, e, f, fs, xs, red);
-    #pragma unroll 1
-    for (int j = 0; j < nt; j++)
-        site_partials(red + j * (HC_SLICE / 32) * (nm + 1), nm + 1, nm,
-                      partials + ((size_t)(t0 + j) * slices + s) * (nm + 1));
+    // the tokens' slice partials at once, a (token, value) a thread: site_partials' sums (a value's warps
+    // in order from zero)
+    constexpr int W = HC_SLICE / 32;
+    const int nv = nm + 1;
+    for (int i = threadIdx.x; i < nt * nv; i += blockDim.x) {
+        const int j = i / nv, q = i % nv;
+        const double* rj = red + j * W * nv + q;
+        double acc = 0.0;
+        #pragma unroll
+        for (int w = 0; w < W; w++) acc += rj[w * nv];
+        partials[((size_t)(t0 + j) * slices + s) * nv + q] = acc;
+    }
 }
 
 // After hc_site_rows: token t = blockIdx.x's pre from its slices' partials,
