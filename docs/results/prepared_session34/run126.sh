@@ -18,6 +18,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>
 ok=1
 echo "## quick on B (t=$(el)s)" >> $T
 OUT=$OUT/quick MEMRA=$B PLUGINS=target/vB timeout 300 bash scripts/gpu_gates.sh quick >> $T 2>&1 || ok=0
+# every step rc=0 but the FAULT steps, which must fail (rc=1); speculative tokens equal to plain greedy
+awk '/ rc=[0-9]+ /{match($0, / rc=[0-9]+ /); rc = substr($0, RSTART + 4, RLENGTH - 5) + 0;
+  if (($0 ~ /FAULT/) != (rc != 0)) bad++} END{exit bad > 0}' $OUT/quick/summary.txt || ok=0
 grep -q "equal to plain greedy True" $T || ok=0
 g $B gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 2176 --widths 256 --out /tmp/m/chunks_flash4.json || ok=0
 g $B gate chunks synth:flash-shape,layers=4 --variant fp8 --prompt-len 2176 --widths 256 --out /tmp/m/chunks_flash4_fp8.json || ok=0
