@@ -543,6 +543,14 @@ extern "C" __global__ void hc_sinkhorn(const double* __restrict__ partials, int 
     for (int c = lane; c < cells; c += 32) out[2 * hc + c] = a[c];
 }
 
+// a[i] += v's element i, in f64
+__device__ __forceinline__ void add4(double (&a)[4], const float4& v) {
+    a[0] += (double)v.x;
+    a[1] += (double)v.y;
+    a[2] += (double)v.z;
+    a[3] += (double)v.w;
+}
+
 // The post alone (hc_site's first step, at the end of a layer, and before
 // hc_site_rows): x_out = post(x_in) with the block's output as
 // block_output reads it, four elements i0 .. i0 + 3 a thread (i0 = 4
@@ -594,26 +602,10 @@ extern "C" __global__ void __launch_bounds__(256, 2)
         double a[4] = {0.0, 0.0, 0.0, 0.0};
         #pragma unroll
         for (int s = 0; s < HC_POST_SLOTS; s++) {
-            if (s < k) {
-                a[0] += (double)s4[s].x;
-                a[1] += (double)s4[s].y;
-                a[2] += (double)s4[s].z;
-                a[3] += (double)s4[s].w;
-            }
+            if (s < k) add4(a, s4[s]);
         }
-        for (int s = HC_POST_SLOTS; s < k; s++) {
-            const float4 v = sl[(size_t)s * d4];
-            a[0] += (double)v.x;
-            a[1] += (double)v.y;
-            a[2] += (double)v.z;
-            a[3] += (double)v.w;
-        }
-        if (!skip_shared) {
-            a[0] += (double)sh.x;
-            a[1] += (double)sh.y;
-            a[2] += (double)sh.z;
-            a[3] += (double)sh.w;
-        }
+        for (int s = HC_POST_SLOTS; s < k; s++) add4(a, sl[(size_t)s * d4]);
+        if (!skip_shared) add4(a, sh);
         o4 = make_float4((float)a[0], (float)a[1], (float)a[2], (float)a[3]);
     }
     float old[4][HC_POST_STREAMS];
