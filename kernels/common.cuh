@@ -211,14 +211,18 @@ __device__ __forceinline__ double pow2d(int e) { return __hiloint2double((e + 10
 // first) as value * 2^-P; `pos` need not be known at compile time (the
 // tensor-core products, rows.cuh `mma_round`).
 template <int FMT>
-__device__ __forceinline__ double word_code_value(u32 word, int pos) {
+__device__ __forceinline__ int word_code_hi(u32 word, int pos) {
     if (FMT == FMT_FP4) {  // nibble to the top, then S.EE.M to bits 31, 21..19
         const int t = (int)(word << (28 - 4 * pos));
-        return __hiloint2double((int)((u32)(t >> 9) & 0x80380000u), 0);
+        return (int)((u32)(t >> 9) & 0x80380000u);
     }
     // FMT_FP8: byte to the top, then S.EEEE.MMM to bits 31, 23..17
     const int t = (int)(word << (24 - 8 * pos));
-    return __hiloint2double((int)((u32)(t >> 7) & 0x80FE0000u), 0);
+    return (int)((u32)(t >> 7) & 0x80FE0000u);
+}
+template <int FMT>
+__device__ __forceinline__ double word_code_value(u32 word, int pos) {
+    return __hiloint2double(word_code_hi<FMT>(word, pos), 0);
 }
 
 // Value j of a chunk as value * 2^-P.

@@ -445,14 +445,30 @@ __device__ __forceinline__ void mma_a_fragment(const u32 (&wl)[4], const u32 (&w
     }
 }
 
+// The same into an A fragment whose low words are zero already (a
+// value's f64 has a zero low word): only the high words are written.
+template <int FMT>
+__device__ __forceinline__ void mma_a_fragment_high(const u32 (&wl)[4], const u32 (&wh)[4], int h, int q,
+                                                    double (&a)[8]) {
+    #pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const u32 l = FMT == FMT_FP8 ? wl[i] : wl[2 * h + (i >> 1)], u = FMT == FMT_FP8 ? wh[i] : wh[2 * h + (i >> 1)];
+        const int pos = FMT == FMT_FP8 ? q : q + 4 * (i & 1);
+        a[2 * i] = __hiloint2double(word_code_hi<FMT>(l, pos), __double2loint(a[2 * i]));
+        a[2 * i + 1] = __hiloint2double(word_code_hi<FMT>(u, pos), __double2loint(a[2 * i + 1]));
+    }
+}
+
 // Leaf m's sums x (the m-th in bit-reversed order) onto the stack of
 // complete subtrees, in shared memory (this thread's level l value i at
 // st[(8 l + i) * MMA_BLOCK]): level l holds the sum of 2^l leaves; each 1
 // bit of m from the lowest up adds the level's subtree and x (warp_sum's
 // pair: the lanes differ in bit 4 - l), the first 0 bit stores x there
 // (`ones`: m's trailing 1 bits). After leaf 31, x is the whole tree.
-__device__ __forceinline__ void mma_leaf_push(double* st, double (&x)[8], int ones) {
-    for (int lvl = 0; lvl < ones; lvl++) {
+// `first`: the levels below it were added already (mma_round_k's level 0
+// in registers).
+__device__ __forceinline__ void mma_leaf_push(double* st, double (&x)[8], int ones, int first = 0) {
+    for (int lvl = first; lvl < ones; lvl++) {
         #pragma unroll
         for (int i = 0; i < 8; i++) x[i] = st[(8 * lvl + i) * MMA_BLOCK] + x[i];
     }
@@ -538,6 +554,19 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
     }
     uint4 ring[MMA_AHEAD][2];
     u32 sc[MMA_AHEAD][2];
+    // Where K >= 4 the FP8 and FP4 A fragments keep their low words, zero
+    // from here on (an empty asm hides the zeros), and each chunk writes
+    // only the high words (mma_a_fragment_high): else ptxas, at its
+    // register cap, zeroes the low words and moves the high words into
+    // place before every instruction. wo_a and wo_b ran faster this way,
+    // wq_b (K = 2) and the experts' tile slower (perf.md, thirty-fourth and
+    // thirty-fifth sessions).
+    double kept[8];
+    #pragma unroll
+    for (int i = 0; i < 8; i++) {
+        kept[i] = 0.0;
+        if (K >= 4) asm volatile("" : "+d"(kept[i]));
+    }
     // the rows' addresses held in registers where K <= 2: an empty asm
     // hides where they come from, so that ptxas, at its register cap, does
     // not rebuild them from the kernel's parameters at every load (an
@@ -572,6 +601,7 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
         const bool fetch = G + 1 < 32 / L || more;  // stage (G + 1) % (32 / L), into buffer (G + 1) % 2
         if (fetch) Stage::fetch(rows, (G + 1) % (32 / L), raw);
         if (active) {
+            double even[8];
             #pragma unroll
             for (int l = 0; l < L; l++) {
                 const int m = G * L + l;
@@ -595,8 +625,10 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
                     } else {
                         #pragma unroll
                         for (int h = 0; h < S; h++) {
-                            double a[8];
-                            mma_a_fragment<FMT>(wl, wh, h, q, a);
+                            double fresh[8];
+                            double(&a)[8] = K >= 4 ? kept : fresh;
+                            if (K >= 4) mma_a_fragment_high<FMT>(wl, wh, h, q, kept);
+                            else mma_a_fragment<FMT>(wl, wh, h, q, fresh);
                             const double* bj = b + V * (k * S + h);
                             const double2 x0 = *(const double2*)(bj + g * TS), x1 = *(const double2*)(bj + g * TS + 2);
                             const double2 y0 = *(const double2*)(bj + (8 + g) * TS);
@@ -616,7 +648,23 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
                     }
                 }
                 // m's trailing 1 bits: l's, known here, but for the stage's last leaf
-                mma_leaf_push(st, acc, l + 1 < L ? __ffs(~l) - 1 : Stage::LOG2L + __ffs(~G) - 1);
+                const int ones = l + 1 < L ? __ffs(~l) - 1 : Stage::LOG2L + __ffs(~G) - 1;
+                // Where K <= 2 (a stage's L >= 4 leaves) the stack's level 0 is
+                // in registers: an even leaf stays in `even`, and the next leaf
+                // (odd, in the same stage) adds it as mma_leaf_push would
+                // (level 0's sum, then the levels above): the same tree. wq_b's
+                // loop (K = 2) takes 58.3 instructions a DMMA this way, 61.6
+                // with its leaves through shared memory (ptxas 13.0).
+                if (K <= 2 && (l & 1) == 0) {
+                    #pragma unroll
+                    for (int i = 0; i < 8; i++) even[i] = acc[i];
+                } else if (K <= 2) {
+                    #pragma unroll
+                    for (int i = 0; i < 8; i++) acc[i] = even[i] + acc[i];
+                    mma_leaf_push(st, acc, ones, 1);
+                } else {
+                    mma_leaf_push(st, acc, ones);
+                }
                 if (m == 31) {
                     #pragma unroll
                     for (int i = 0; i < 8; i++) out[i] = acc[i];
