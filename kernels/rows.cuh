@@ -654,7 +654,9 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
                 // (odd, in the same stage) adds it as mma_leaf_push would
                 // (level 0's sum, then the levels above): the same tree. wq_b's
                 // loop (K = 2) takes 58.3 instructions a DMMA this way, 61.6
-                // with its leaves through shared memory (ptxas 13.0).
+                // with its leaves through shared memory (ptxas 13.0), yet its
+                // launches took 2% longer (Nsight Compute; perf.md, thirty-fifth
+                // session: mma-short.patch drops this in a kernel of its own).
                 if (K <= 2 && (l & 1) == 0) {
                     #pragma unroll
                     for (int i = 0; i < 8; i++) even[i] = acc[i];
