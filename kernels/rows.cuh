@@ -430,32 +430,17 @@ __device__ __forceinline__ void mma_a_fragment_bf16(const u32 (&wl)[4], const u3
 
 // The A fragment of half h of a chunk of this thread's rows g and g + 8
 // (the chunk's words wl and wh; thread (g, q)): a[2 i] and a[2 i + 1] are
-// value 16 h + q + 4 i of the two rows as value * 2^-P.
-template <int FMT>
+// value 16 h + q + 4 i of the two rows as value * 2^-P. KEEP_LOW: the
+// fragment's low words are zero already (a value's f64 has a zero low
+// word) and only the high words are written (mma_round_k's kept zeros).
+template <int FMT, bool KEEP_LOW = false>
 __device__ __forceinline__ void mma_a_fragment(const u32 (&wl)[4], const u32 (&wh)[4], int h, int q, double (&a)[8]) {
-    #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if (FMT == FMT_FP8) {
-            a[2 * i] = word_code_value<FMT_FP8>(wl[i], q);
-            a[2 * i + 1] = word_code_value<FMT_FP8>(wh[i], q);
-        } else {
-            a[2 * i] = word_code_value<FMT_FP4>(wl[2 * h + (i >> 1)], q + 4 * (i & 1));
-            a[2 * i + 1] = word_code_value<FMT_FP4>(wh[2 * h + (i >> 1)], q + 4 * (i & 1));
-        }
-    }
-}
-
-// The same into an A fragment whose low words are zero already (a
-// value's f64 has a zero low word): only the high words are written.
-template <int FMT>
-__device__ __forceinline__ void mma_a_fragment_high(const u32 (&wl)[4], const u32 (&wh)[4], int h, int q,
-                                                    double (&a)[8]) {
     #pragma unroll
     for (int i = 0; i < 4; i++) {
         const u32 l = FMT == FMT_FP8 ? wl[i] : wl[2 * h + (i >> 1)], u = FMT == FMT_FP8 ? wh[i] : wh[2 * h + (i >> 1)];
         const int pos = FMT == FMT_FP8 ? q : q + 4 * (i & 1);
-        a[2 * i] = __hiloint2double(word_code_hi<FMT>(l, pos), __double2loint(a[2 * i]));
-        a[2 * i + 1] = __hiloint2double(word_code_hi<FMT>(u, pos), __double2loint(a[2 * i + 1]));
+        a[2 * i] = __hiloint2double(word_code_hi<FMT>(l, pos), KEEP_LOW ? __double2loint(a[2 * i]) : 0);
+        a[2 * i + 1] = __hiloint2double(word_code_hi<FMT>(u, pos), KEEP_LOW ? __double2loint(a[2 * i + 1]) : 0);
     }
 }
 
@@ -556,7 +541,7 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
     u32 sc[MMA_AHEAD][2];
     // Where K >= 4 the FP8 and FP4 A fragments keep their low words, zero
     // from here on (an empty asm hides the zeros), and each chunk writes
-    // only the high words (mma_a_fragment_high): else ptxas, at its
+    // only the high words (mma_a_fragment's KEEP_LOW): else ptxas, at its
     // register cap, zeroes the low words and moves the high words into
     // place before every instruction. wo_a and wo_b ran faster this way,
     // wq_b (K = 2) and the experts' tile slower (perf.md, thirty-fourth and
@@ -627,8 +612,7 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
                         for (int h = 0; h < S; h++) {
                             double fresh[8];
                             double(&a)[8] = K >= 4 ? kept : fresh;
-                            if (K >= 4) mma_a_fragment_high<FMT>(wl, wh, h, q, kept);
-                            else mma_a_fragment<FMT>(wl, wh, h, q, fresh);
+                            mma_a_fragment<FMT, K >= 4>(wl, wh, h, q, a);
                             const double* bj = b + V * (k * S + h);
                             const double2 x0 = *(const double2*)(bj + g * TS), x1 = *(const double2*)(bj + g * TS + 2);
                             const double2 y0 = *(const double2*)(bj + (8 + g) * TS);
