@@ -424,7 +424,7 @@ LINEAR_T1(linear_t1_r4_fp4, FMT_FP4, 4)
 // linear_groups. Every sum has warp_dot_rows_tokens' bits. grid (blocks,
 // ceil(n / MMA_TOKENS), groups), block MMA_BLOCK (12 warps: the most its
 // registers let an SM hold), dynamic smem gpu/products.rs `mma_tile_smem`.
-template <int FMT>
+template <int FMT, int CHUNKS>
 __device__ __forceinline__ void linear_mma_fmt(const Mat& w, const float* x, int x_stride, float* y, int y_stride,
                                                int n, int row0, int nrows) {
     const int warps = MMA_BLOCK >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -437,7 +437,7 @@ __device__ __forceinline__ void linear_mma_fmt(const Mat& w, const float* x, int
         const RowRef lo = row_ref<FMT>(w, row0 + min(j0 + g, nrows - 1));
         const RowRef hi = row_ref<FMT>(w, row0 + min(j0 + g + 8, nrows - 1));
         double out[8];
-        mma_round<FMT>(j0 < nrows, lo, hi, rows, w.cols, r > 0, r + 1 < rounds, out);
+        mma_round<FMT, CHUNKS>(j0 < nrows, lo, hi, rows, w.cols, r > 0, r + 1 < rounds, out);
         #pragma unroll
         for (int i = 0; i < 8; i++) {
             const int t = 8 * (i >> 2) + 2 * q + (i & 1), rr = j0 + g + 8 * ((i >> 1) & 1);
@@ -448,20 +448,33 @@ __device__ __forceinline__ void linear_mma_fmt(const Mat& w, const float* x, int
 
 // Block (x, y, z)'s group z: its inputs x_group floats on, its rows and
 // outputs z * nrows on.
-template <int FMT>
+template <int FMT, int CHUNKS>
 __device__ __forceinline__ void linear_mma_group(const Mat& w, const float* x, int x_stride, int x_group, float* y,
                                                  int y_stride, int n, int row0, int nrows) {
     const int z = blockIdx.z;
-    linear_mma_fmt<FMT>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n, row0 + z * nrows,
-                        nrows);
+    linear_mma_fmt<FMT, CHUNKS>(w, x + (size_t)z * x_group, x_stride, y + (size_t)z * nrows, y_stride, n,
+                                row0 + z * nrows, nrows);
 }
 
+// Rows of 4 or more chunks a lane (rows.cuh MMA_CHUNKS_MANY); rows of 1
+// or 2 (wq_b's, the indexer's queries') take linear_mma_short, a kernel of
+// its own so that each keeps its registers (MMA_CHUNKS_FEW).
 extern "C" __global__ void __launch_bounds__(384) linear_mma(Mat w, const float* __restrict__ x, int x_stride,
                                                              int x_group, float* __restrict__ y, int y_stride, int n,
                                                              int row0, int nrows) {
     await_inputs();
-    if (w.fmt == FMT_FP4) linear_mma_group<FMT_FP4>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
-    else linear_mma_group<FMT_FP8>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
+    if (w.fmt == FMT_FP4) linear_mma_group<FMT_FP4, MMA_CHUNKS_MANY>(w, x, x_stride, x_group, y, y_stride, n, row0,
+                                                                     nrows);
+    else linear_mma_group<FMT_FP8, MMA_CHUNKS_MANY>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
+}
+
+extern "C" __global__ void __launch_bounds__(384) linear_mma_short(Mat w, const float* __restrict__ x, int x_stride,
+                                                                   int x_group, float* __restrict__ y, int y_stride,
+                                                                   int n, int row0, int nrows) {
+    await_inputs();
+    if (w.fmt == FMT_FP4) linear_mma_group<FMT_FP4, MMA_CHUNKS_FEW>(w, x, x_stride, x_group, y, y_stride, n, row0,
+                                                                    nrows);
+    else linear_mma_group<FMT_FP8, MMA_CHUNKS_FEW>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
 }
 
 // The same for BF16 rows (the compressors' and the indexer's products and
@@ -471,5 +484,5 @@ extern "C" __global__ void __launch_bounds__(384) linear_mma_bf16(Mat w, const f
                                                                   int x_group, float* __restrict__ y, int y_stride,
                                                                   int n, int row0, int nrows) {
     await_inputs();
-    linear_mma_group<FMT_BF16>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
+    linear_mma_group<FMT_BF16, MMA_CHUNKS_ALL>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
 }

@@ -30,6 +30,7 @@ pub const KERNELS: &[&str] = &[
     "linear_grouped_t1",
     "linear_groups",
     "linear_mma",
+    "linear_mma_short",
     "linear_mma_bf16",
     "linear_t1_r1_f32",
     "linear_t1_r1_bf16",

@@ -89,7 +89,8 @@ const MMA_LEVELS: usize = 5;
 /// registers); 1 KiB of the 227 a block may take is left for their static
 /// tables of token rows (`mma_token_rows`).
 const MMA_SMEM_MAX: usize = 226 << 10;
-const MMA_KERNELS: [&str; 4] = ["linear_mma", "linear_mma_bf16", "expert_gate_up_mma", "expert_down_mma"];
+const MMA_KERNELS: [&str; 5] =
+    ["linear_mma", "linear_mma_short", "linear_mma_bf16", "expert_gate_up_mma", "expert_down_mma"];
 
 /// Slabs (of each token) a tensor-core stage holds (kernels/rows.cuh
 /// `MMA_STAGE_SLABS`): a slab is an instruction's k values, 16, or 8 for
@@ -120,10 +121,16 @@ fn mma_tile_smem(fmt: i32, cols: usize, scaled: bool) -> Option<u32> {
     (bytes <= MMA_SMEM_MAX).then_some(bytes as u32)
 }
 
-/// The dense tile's kernel for rows of format `fmt`.
-fn mma_kernel(fmt: i32) -> &'static str {
+/// The dense tile's kernel for rows of `cols` in format `fmt`: BF16 rows
+/// take `linear_mma_bf16`; scaled FP8 and FP4 rows of 1 or 2 chunks a lane
+/// (`wq_b`'s, the indexer's queries') `linear_mma_short`, longer ones
+/// `linear_mma` (kernels/rows.cuh `MMA_CHUNKS_FEW`, `MMA_CHUNKS_MANY`: each
+/// kernel with registers of its own).
+fn mma_kernel(fmt: i32, cols: usize) -> &'static str {
     if fmt == 1 {
         "linear_mma_bf16"
+    } else if cols / chunk_values(fmt) / 32 <= 2 {
+        "linear_mma_short"
     } else {
         "linear_mma"
     }
@@ -432,7 +439,7 @@ impl Gpu {
                 let mma_warps = MMA_BLOCK as usize / 32;
                 let blocks = self.sm_count.div_ceil(token_groups * groups).clamp(1, tiles.div_ceil(mma_warps));
                 let grid = (blocks as u32, token_groups as u32, groups as u32);
-                crate::launch!(self, mma_kernel(w.arg.fmt), Gpu::cfg(grid, MMA_BLOCK, smem);
+                crate::launch!(self, mma_kernel(w.arg.fmt, w.arg.cols as usize), Gpu::cfg(grid, MMA_BLOCK, smem);
                     w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, row0 as i32,
                     nrows as i32);
                 return Ok(true);
@@ -675,7 +682,18 @@ mod tests {
             mma_smem(&mat(1, 512, 1), 256, 512, 0, 0, 1, 4096),
             Some(2 * 8 * 16 * 18 * 8 + 384 * 320 + 2048 * 4)
         );
-        assert_eq!((mma_kernel(1), mma_kernel(2), mma_kernel(3)), ("linear_mma_bf16", "linear_mma", "linear_mma"));
+        // BF16 rows of any width in their own kernel; FP8 rows of 512 and 1024 (1 and 2 chunks a lane:
+        // wq_b) and FP4 rows of 2048 (2) in the short rows' kernel, FP8 rows of 2048 (4) and more and FP4
+        // rows of 4096 (4) in linear_mma
+        assert_eq!((mma_kernel(1, 512), mma_kernel(1, 4096)), ("linear_mma_bf16", "linear_mma_bf16"));
+        assert_eq!(
+            (mma_kernel(2, 512), mma_kernel(2, 1024), mma_kernel(3, 2048)),
+            ("linear_mma_short", "linear_mma_short", "linear_mma_short")
+        );
+        assert_eq!(
+            (mma_kernel(2, 2048), mma_kernel(2, 8192), mma_kernel(3, 4096)),
+            ("linear_mma", "linear_mma", "linear_mma")
+        );
         // not taken: codes that do not scale exactly (BF16's too), F32, BF16 in the experts' tile,
         // chunks that leave lanes idle or are not a power of two a lane or more than 16, inputs
         // off 16 bytes
