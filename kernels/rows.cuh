@@ -450,8 +450,10 @@ __device__ __forceinline__ void mma_a_fragment(const u32 (&wl)[4], const u32 (&w
 // bit of m from the lowest up adds the level's subtree and x (warp_sum's
 // pair: the lanes differ in bit 4 - l), the first 0 bit stores x there
 // (`ones`: m's trailing 1 bits). After leaf 31, x is the whole tree.
-__device__ __forceinline__ void mma_leaf_push(double* st, double (&x)[8], int ones) {
-    for (int lvl = 0; lvl < ones; lvl++) {
+// `first`: the levels below it were added already (mma_round_k's leaf
+// pairs).
+__device__ __forceinline__ void mma_leaf_push(double* st, double (&x)[8], int ones, int first = 0) {
+    for (int lvl = first; lvl < ones; lvl++) {
         #pragma unroll
         for (int i = 0; i < 8; i++) x[i] = st[(8 * lvl + i) * MMA_BLOCK] + x[i];
     }
@@ -519,8 +521,9 @@ struct MmaStage {
 // last (a stage's count a round, 32 / L, is even, so that first stage goes
 // to the buffer it always takes). Dynamic smem: two
 // stages, the threads' stacks (MMA_LEVELS * 8 doubles a thread, MMA_BLOCK
-// apart), then the fetched values (MmaStage::N float4s).
-template <int FMT, int K>
+// apart), then the fetched values (MmaStage::N float4s). PAIRS: where
+// K <= 2, leaf pairs (the stack's level 0 in registers, below).
+template <int FMT, int K, bool PAIRS>
 __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const RowRef& hi,
                                             const float* const* rows, bool staged, bool more, double (&out)[8]) {
     using Stage = MmaStage<FMT, K>;
@@ -542,8 +545,8 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
     // only the high words (mma_a_fragment's KEEP_LOW): else ptxas, at its
     // register cap, zeroes the low words and moves the high words into
     // place before every instruction. wo_a and wo_b ran faster this way,
-    // wq_b (K = 2) and the experts' tile slower (perf.md, thirty-fourth
-    // session).
+    // wq_b (K = 2) and the experts' tile slower (perf.md, thirty-fourth and
+    // thirty-fifth sessions).
     double kept[8];
     #pragma unroll
     for (int i = 0; i < 8; i++) {
@@ -584,6 +587,7 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
         const bool fetch = G + 1 < 32 / L || more;  // stage (G + 1) % (32 / L), into buffer (G + 1) % 2
         if (fetch) Stage::fetch(rows, (G + 1) % (32 / L), raw);
         if (active) {
+            double even[8];
             #pragma unroll
             for (int l = 0; l < L; l++) {
                 const int m = G * L + l;
@@ -629,7 +633,25 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
                     }
                 }
                 // m's trailing 1 bits: l's, known here, but for the stage's last leaf
-                mma_leaf_push(st, acc, l + 1 < L ? __ffs(~l) - 1 : Stage::LOG2L + __ffs(~G) - 1);
+                const int ones = l + 1 < L ? __ffs(~l) - 1 : Stage::LOG2L + __ffs(~G) - 1;
+                // Leaf pairs (PAIRS, where K <= 2: a stage's L >= 4 leaves): the
+                // stack's level 0 in registers, an even leaf kept in `even` and
+                // the next leaf (odd, in the same stage) adding it as
+                // mma_leaf_push would (level 0's sum, then the levels above):
+                // the same tree. wq_b's loop (K = 2) takes 58.3 instructions a
+                // DMMA this way, 61.6 with its leaves through shared memory
+                // (ptxas 13.0), yet its launches took longer (perf.md,
+                // thirty-fifth session), so linear_mma_short goes without.
+                if (PAIRS && K <= 2 && (l & 1) == 0) {
+                    #pragma unroll
+                    for (int i = 0; i < 8; i++) even[i] = acc[i];
+                } else if (PAIRS && K <= 2) {
+                    #pragma unroll
+                    for (int i = 0; i < 8; i++) acc[i] = even[i] + acc[i];
+                    mma_leaf_push(st, acc, ones, 1);
+                } else {
+                    mma_leaf_push(st, acc, ones);
+                }
                 if (m == 31) {
                     #pragma unroll
                     for (int i = 0; i < 8; i++) out[i] = acc[i];
@@ -642,16 +664,16 @@ __device__ __forceinline__ void mma_round_k(bool active, const RowRef& lo, const
 }
 
 // Which rows a tensor-core kernel's rounds take, by chunks a lane: every
-// count (MMA_CHUNKS_ALL), only 1 and 2 (MMA_CHUNKS_FEW) or only 4 and more
-// (MMA_CHUNKS_MANY). The scaled-code tile is two kernels (linear.cu
-// `linear_mma_short`, `linear_mma`), each with registers of its own: as one
-// kernel, the long rows' kept zeros (mma_round_k) changed ptxas's choices
-// for wq_b's rounds too, which got 2% slower (perf.md, thirty-fifth
-// session); split, wq_b's launches took 9% less than in the one kernel
-// (thirty-sixth).
+// count, 1 and 2 with leaf pairs (MMA_CHUNKS_ALL: linear_mma,
+// linear_mma_bf16), or only 1 and 2, without (MMA_CHUNKS_FEW:
+// linear_mma_short). The host launches linear_mma for rows of 4 or more
+// chunks a lane only, yet it keeps the short rows' rounds: as one kernel
+// of every count it ran its long rows 1.2% faster than a kernel of the
+// long rows alone, whose SASS ptxas laid out otherwise (Nsight Compute,
+// perf.md, thirty-sixth session); and wq_b's rounds ran 9% faster in a
+// kernel of their own without the leaf pairs.
 #define MMA_CHUNKS_ALL 0
 #define MMA_CHUNKS_FEW 1
-#define MMA_CHUNKS_MANY 2
 
 // A round (mma_round_k) for rows of `cols`: cols / E / 32 chunks a lane,
 // 1, 2, 4, 8 or 16, and at most 8 for FP4 (gpu/products.rs `mma_tile_smem`),
@@ -661,19 +683,17 @@ __device__ __forceinline__ void mma_round(bool active, const RowRef& lo, const R
                                           int cols, bool staged, bool more, double (&out)[8]) {
     const int k = cols / Fmt<FMT>::E / 32;
     if constexpr (CHUNKS == MMA_CHUNKS_FEW) {
-        if (k == 1) mma_round_k<FMT, 1>(active, lo, hi, rows, staged, more, out);
-        else mma_round_k<FMT, 2>(active, lo, hi, rows, staged, more, out);
+        if (k == 1) mma_round_k<FMT, 1, false>(active, lo, hi, rows, staged, more, out);
+        else mma_round_k<FMT, 2, false>(active, lo, hi, rows, staged, more, out);
     } else {
         switch (k) {
-            case 1:
-                if constexpr (CHUNKS == MMA_CHUNKS_ALL) mma_round_k<FMT, 1>(active, lo, hi, rows, staged, more, out);
+            case 1: mma_round_k<FMT, 1, true>(active, lo, hi, rows, staged, more, out); break;
+            case 2: mma_round_k<FMT, 2, true>(active, lo, hi, rows, staged, more, out); break;
+            case 4: mma_round_k<FMT, 4, true>(active, lo, hi, rows, staged, more, out); break;
+            case 8: mma_round_k<FMT, 8, true>(active, lo, hi, rows, staged, more, out); break;
+            default:
+                mma_round_k<FMT, MMA_STAGE_SLABS / MmaK<FMT>::S, true>(active, lo, hi, rows, staged, more, out);
                 break;
-            case 2:
-                if constexpr (CHUNKS == MMA_CHUNKS_ALL) mma_round_k<FMT, 2>(active, lo, hi, rows, staged, more, out);
-                break;
-            case 4: mma_round_k<FMT, 4>(active, lo, hi, rows, staged, more, out); break;
-            case 8: mma_round_k<FMT, 8>(active, lo, hi, rows, staged, more, out); break;
-            default: mma_round_k<FMT, MMA_STAGE_SLABS / MmaK<FMT>::S>(active, lo, hi, rows, staged, more, out); break;
         }
     }
 }

@@ -124,7 +124,7 @@ fn mma_tile_smem(fmt: i32, cols: usize, scaled: bool) -> Option<u32> {
 /// The dense tile's kernel for rows of `cols` in format `fmt`: BF16 rows
 /// take `linear_mma_bf16`; scaled FP8 and FP4 rows of 1 or 2 chunks a lane
 /// (`wq_b`'s, the indexer's queries') `linear_mma_short`, longer ones
-/// `linear_mma` (kernels/rows.cuh `MMA_CHUNKS_FEW`, `MMA_CHUNKS_MANY`: each
+/// `linear_mma` (kernels/rows.cuh `MMA_CHUNKS_FEW`, `MMA_CHUNKS_ALL`: each
 /// kernel with registers of its own).
 fn mma_kernel(fmt: i32, cols: usize) -> &'static str {
     if fmt == 1 {
