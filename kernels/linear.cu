@@ -456,22 +456,26 @@ __device__ __forceinline__ void linear_mma_group(const Mat& w, const float* x, i
                                 row0 + z * nrows, nrows);
 }
 
-// Scaled FP8 and FP4 rows: linear_mma takes rows of 4 or more chunks a
-// lane, linear_mma_short rows of 1 or 2 (wq_b's, the indexer's queries'),
-// each kernel with registers of its own (rows.cuh MMA_CHUNKS_ALL,
-// MMA_CHUNKS_FEW; gpu/products.rs `mma_kernel` picks).
-#define LINEAR_MMA_CODES(NAME, CHUNKS)                                                                              \
-    extern "C" __global__ void __launch_bounds__(384)                                                              \
-        NAME(Mat w, const float* __restrict__ x, int x_stride, int x_group, float* __restrict__ y, int y_stride,    \
-             int n, int row0, int nrows) {                                                                          \
-        await_inputs();                                                                                             \
-        if (w.fmt == FMT_FP4)                                                                                       \
-            linear_mma_group<FMT_FP4, CHUNKS>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);                \
-        else                                                                                                        \
-            linear_mma_group<FMT_FP8, CHUNKS>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);                \
-    }
-LINEAR_MMA_CODES(linear_mma, MMA_CHUNKS_ALL)
-LINEAR_MMA_CODES(linear_mma_short, MMA_CHUNKS_FEW)
+// Rows of 4 or more chunks a lane; rows of 1 or 2 (wq_b's, the indexer's
+// queries') take linear_mma_short, a kernel of its own (rows.cuh
+// MMA_CHUNKS_ALL, MMA_CHUNKS_FEW).
+extern "C" __global__ void __launch_bounds__(384) linear_mma(Mat w, const float* __restrict__ x, int x_stride,
+                                                             int x_group, float* __restrict__ y, int y_stride, int n,
+                                                             int row0, int nrows) {
+    await_inputs();
+    if (w.fmt == FMT_FP4) linear_mma_group<FMT_FP4, MMA_CHUNKS_ALL>(w, x, x_stride, x_group, y, y_stride, n, row0,
+                                                                     nrows);
+    else linear_mma_group<FMT_FP8, MMA_CHUNKS_ALL>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
+}
+
+extern "C" __global__ void __launch_bounds__(384) linear_mma_short(Mat w, const float* __restrict__ x, int x_stride,
+                                                                   int x_group, float* __restrict__ y, int y_stride,
+                                                                   int n, int row0, int nrows) {
+    await_inputs();
+    if (w.fmt == FMT_FP4) linear_mma_group<FMT_FP4, MMA_CHUNKS_FEW>(w, x, x_stride, x_group, y, y_stride, n, row0,
+                                                                    nrows);
+    else linear_mma_group<FMT_FP8, MMA_CHUNKS_FEW>(w, x, x_stride, x_group, y, y_stride, n, row0, nrows);
+}
 
 // The same for BF16 rows (the compressors' and the indexer's products and
 // the router's gate: no scales, one m16n8k8 step a chunk of 8 values), a
