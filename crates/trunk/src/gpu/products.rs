@@ -98,6 +98,12 @@ const MMA_KERNELS: [&str; 5] =
 /// S slabs a chunk (K S = cols / (32 k)).
 const MMA_STAGE_SLABS: usize = 16;
 
+/// Chunks of a row of `cols` in format `fmt` that each warp lane takes (the
+/// tensor-core rounds' K: kernels/rows.cuh `mma_round`).
+fn lane_chunks(fmt: i32, cols: usize) -> usize {
+    cols / chunk_values(fmt) / 32
+}
+
 /// Values a tensor-core instruction takes of a chunk in format `fmt`
 /// (kernels/rows.cuh `MmaK::V`): 16, or a BF16 chunk's 8 (m16n8k8).
 fn mma_k(fmt: i32) -> usize {
@@ -129,7 +135,7 @@ fn mma_tile_smem(fmt: i32, cols: usize, scaled: bool) -> Option<u32> {
 fn mma_kernel(fmt: i32, cols: usize) -> &'static str {
     if fmt == 1 {
         "linear_mma_bf16"
-    } else if cols / chunk_values(fmt) / 32 <= 2 {
+    } else if lane_chunks(fmt, cols) <= 2 {
         "linear_mma_short"
     } else {
         "linear_mma"
@@ -142,8 +148,8 @@ fn mma_kernel(fmt: i32, cols: usize) -> &'static str {
 /// BF16), whose chunks give each warp lane 1, 2, 4, 8 or 16.
 fn mma_rows(fmt: i32, cols: usize, scaled: bool, dense: bool) -> bool {
     let coded = scaled && (fmt == 2 || fmt == 3 || (dense && fmt == 1));
-    let lane_chunks = cols / chunk_values(fmt) / 32;
-    coded && cols.is_multiple_of(32 * chunk_values(fmt)) && lane_chunks.is_power_of_two() && lane_chunks <= 16
+    let k = lane_chunks(fmt, cols);
+    coded && cols.is_multiple_of(32 * chunk_values(fmt)) && k.is_power_of_two() && k <= 16
 }
 
 /// Pairs of one expert a group of the prefill's routed experts on the
