@@ -792,7 +792,16 @@ struct MmaPairsWide {
         b[3] = v.y;
     }
 };
-// ... or as f32, converted and scaled here.
+// ... or as f32, converted and scaled here: v * 2^(P - 127) as the f64 of v
+// with P - 127 added to its exponent field (an integer add, off the FP64
+// pipes the instructions take). Exact for every finite nonzero v (as an f64
+// it is normal, its exponent at most 1023 + 128, and P - 127 <= 895). A zero
+// v becomes +-2^(P - 127 - 1023) instead of +-0: its product with any code
+// (less than 2^(16 - 1023) as value * 2^-P) is below 2^-1076 and rounds to
+// zero in the instruction's fma, which leaves a nonzero chain as it was and
+// a zero one zero (of either sign: the partials then go into fma(p, f, acc)
+// from acc = +0, where a zero's sign cannot show). Infinities and NaNs do
+// not stay so (the engine's activations are finite).
 template <int FMT>
 struct MmaPairsF32 {
     const float* x;
@@ -800,13 +809,16 @@ struct MmaPairsF32 {
         const int lane = threadIdx.x & 31;
         return {(const float*)xs_dyn + (size_t)(lane >> 2) * mma_stride(cols, false) + 4 * (lane & 3)};
     }
+    static __device__ __forceinline__ double scaled(float v) {
+        const double d = (double)v;
+        return __hiloint2double(__double2hiint(d) + ((Code<FMT>::P - 127) << 20), __double2loint(d));
+    }
     __device__ __forceinline__ void fragment(int s, double (&b)[4]) const {
-        const double xscale = pow2d(Code<FMT>::P - 127);
         const float4 v = *(const float4*)(x + 16 * s);
-        b[0] = (double)v.x * xscale;
-        b[1] = (double)v.y * xscale;
-        b[2] = (double)v.z * xscale;
-        b[3] = (double)v.w * xscale;
+        b[0] = scaled(v.x);
+        b[1] = scaled(v.y);
+        b[2] = scaled(v.z);
+        b[3] = scaled(v.w);
     }
 };
 
