@@ -810,6 +810,8 @@ struct MmaPairsF32 {
         return {(const float*)xs_dyn + (size_t)(lane >> 2) * mma_stride(cols, false) + 4 * (lane & 3)};
     }
     static __device__ __forceinline__ double scaled(float v) {
+        // BF16's codes reach 2^-767 as value * 2^-P, where a zero's product would not round away
+        static_assert(FMT == FMT_FP8 || FMT == FMT_FP4, "scaled codes of FP8 or FP4 only");
         const double d = (double)v;
         return __hiloint2double(__double2hiint(d) + ((Code<FMT>::P - 127) << 20), __double2loint(d));
     }
