@@ -800,8 +800,9 @@ struct MmaPairsWide {
 // (less than 2^(16 - 1023) as value * 2^-P) is below 2^-1076 and rounds to
 // zero in the instruction's fma, which leaves a nonzero chain as it was and
 // a zero one zero (of either sign: the partials then go into fma(p, f, acc)
-// from acc = +0, where a zero's sign cannot show). Infinities and NaNs do
-// not stay so (the engine's activations are finite).
+// from acc = +0, where a zero's sign cannot show). An infinite or NaN v
+// becomes a finite value, so such a token's sums come out finite and wrong
+// where the DMUL kept them infinite or NaN.
 template <int FMT>
 struct MmaPairsF32 {
     const float* x;
@@ -810,7 +811,7 @@ struct MmaPairsF32 {
         return {(const float*)xs_dyn + (size_t)(lane >> 2) * mma_stride(cols, false) + 4 * (lane & 3)};
     }
     static __device__ __forceinline__ double scaled(float v) {
-        // BF16's codes reach 2^-767 as value * 2^-P, where a zero's product would not round away
+        // BF16's codes come near 2^-768 as value * 2^-P, where a zero's product would not round away
         static_assert(FMT == FMT_FP8 || FMT == FMT_FP4, "scaled codes of FP8 or FP4 only");
         const double d = (double)v;
         return __hiloint2double(__double2hiint(d) + ((Code<FMT>::P - 127) << 20), __double2loint(d));
