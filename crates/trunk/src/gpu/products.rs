@@ -638,6 +638,51 @@ mod tests {
         assert_eq!(dynamic_smem_opt_in("expert_gate_up"), Some(ROW_SMEM_MAX));
     }
 
+    /// kernels/rows.cuh `MmaPairsF32::scaled`: a token value v given to an FP8 or FP4 code's product as
+    /// the f64 of v with P - 127 added to its exponent field (kernels/common.cuh `Code<FMT>::P`), where
+    /// the DMUL by 2^(P - 127) stood. Exact for finite nonzero v; a zero's stand-in times any code (below
+    /// 2^(16 - 1023) as value * 2^-P) leaves an fma's addend as it was; not so for BF16's codes.
+    #[test]
+    fn experts_pairs_scale_by_the_exponent_field() {
+        let rows = include_str!("../../../../kernels/rows.cuh");
+        assert!(rows.contains("__double2hiint(d) + ((Code<FMT>::P - 127) << 20), __double2loint(d)"));
+        let common = include_str!("../../../../kernels/common.cuh");
+        let p = |fmt: &str| -> i32 {
+            let key = format!("struct Code<{fmt}> {{ static const int P = ");
+            let at = common.find(&key).unwrap_or_else(|| panic!("common.cuh lacks {key:?}")) + key.len();
+            common[at..].split(';').next().unwrap().parse().unwrap()
+        };
+        // the kernel adds to the high word of the f64 of v, as here to its bits
+        let scaled = |v: f32, k: i32| f64::from_bits((v as f64).to_bits().wrapping_add((k as u64) << 52));
+        let addends = [0.0, -0.0, f64::from_bits(1), -f64::from_bits(1), f64::MIN_POSITIVE, 1.0, -3.5e-300, 7.25e300];
+        for fmt in ["FMT_FP8", "FMT_FP4"] {
+            let k = p(fmt) - 127;
+            let factor = 2f64.powi(k);
+            // every sign and exponent of f32 (subnormals included) with a spread of mantissas
+            for sign_exp in 0u32..512 {
+                for m in [1u32, 2, 0x40_0000, 0x12_3457, 0x7F_FFFF] {
+                    let v = f32::from_bits(sign_exp << 23 | m);
+                    if v.is_finite() {
+                        assert_eq!(scaled(v, k).to_bits(), (v as f64 * factor).to_bits(), "{fmt} {v:e}");
+                    }
+                }
+            }
+            // the product's exponent is below the smallest subnormal's half, 2^-1075
+            assert!((16 - 1023) + (k - 1023) < -1076, "{fmt}");
+            let code = 2f64.powi(16 - 1023);
+            for zero in [scaled(0.0, k), scaled(-0.0, k)] {
+                assert_eq!(zero.abs(), 2f64.powi(k - 1023), "{fmt}");
+                for c in addends {
+                    let r = code.mul_add(zero, c);
+                    assert!(r == c && (c != 0.0 || r == 0.0), "{fmt}: fma(code, {zero:e}, {c:e}) = {r:e}");
+                }
+            }
+        }
+        // BF16's codes (up to near 2^-768 as value * 2^-P) would not round a zero's stand-in away
+        let bf16_zero = scaled(0.0, p("FMT_BF16") - 127);
+        assert_ne!(2f64.powi(-769).mul_add(bf16_zero, 0.0), 0.0);
+    }
+
     #[test]
     fn mma_tiles_follow_the_kernels() {
         let source = |name: &str| nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap().1;
