@@ -522,6 +522,11 @@ mod tests {
     use crate::gpu::nvrtc;
     use crate::gpu::weights::MatArg;
 
+    /// A kernel source file as the engine compiles it (nvrtc::SOURCES).
+    fn source(name: &str) -> &'static str {
+        nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no kernel source {name}")).1
+    }
+
     #[test]
     fn decode_rows_per_warp_keep_two_blocks_per_sm() {
         // the H200 (132 SMs) at DeepSeek-V4-Flash widths
@@ -542,7 +547,7 @@ mod tests {
     fn linear_t1_kernels_are_named_by_rows_and_format() {
         // each table entry is a LINEAR_T1 line of kernels/linear.cu with the
         // table's rows a warp and format, and is loaded (nvrtc::KERNELS)
-        let src = include_str!("../../../../kernels/linear.cu");
+        let src = source("linear.cu");
         let fmts = ["FMT_F32", "FMT_BF16", "FMT_FP8", "FMT_FP4"];
         let mut defined = 0;
         for (rows, names) in LINEAR_T1_KERNELS {
@@ -556,7 +561,7 @@ mod tests {
         assert_eq!(src.matches("\nLINEAR_T1(").count(), defined);
         // the formats' numbers are Mat.fmt's (weights.rs, common.cuh)
         for (f, fmt) in fmts.iter().enumerate() {
-            assert!(include_str!("../../../../kernels/common.cuh").contains(&format!("#define {fmt} {f}\n")));
+            assert!(source("common.cuh").contains(&format!("#define {fmt} {f}\n")));
         }
     }
 
@@ -574,7 +579,7 @@ mod tests {
 
     #[test]
     fn prefill_tiles_follow_the_kernels_window() {
-        let src = nvrtc::SOURCES.iter().find(|(n, _)| *n == "linear.cu").unwrap().1;
+        let src = source("linear.cu");
         assert!(src.contains(&format!("#define TILE_ROWS {TILE_ROWS}\n#define TILE_TOKENS {TILE_TOKENS}\n")));
         // 8 warps: 4 pairs of rows x 2 halves of the tokens
         assert_eq!(TILE_BLOCK as usize, 32 * (TILE_ROWS / 2) * (TILE_TOKENS / 4));
@@ -620,7 +625,7 @@ mod tests {
 
     #[test]
     fn weight_rings_follow_the_kernels() {
-        let rows = nvrtc::SOURCES.iter().find(|(n, _)| *n == "rows.cuh").unwrap().1;
+        let rows = source("rows.cuh");
         let stages = format!("#define SMEM_RING_STAGES(ND) ((ND) == 1 ? {} : {})\n", ring_stages(1), ring_stages(2));
         assert!(rows.contains(&stages), "kernels/rows.cuh lacks {stages:?}");
         assert!(rows.contains("#define SMEM_RING_WARP_BYTES(ND) (SMEM_RING_STAGES(ND) * (ND) * 32 * 16)\n"));
@@ -644,9 +649,9 @@ mod tests {
     /// 2^(16 - 1023) as value * 2^-P) leaves an fma's addend as it was; not so for BF16's codes.
     #[test]
     fn experts_pairs_scale_by_the_exponent_field() {
-        let rows = include_str!("../../../../kernels/rows.cuh");
+        let rows = source("rows.cuh");
         assert!(rows.contains("__double2hiint(d) + ((Code<FMT>::P - 127) << 20), __double2loint(d)"));
-        let common = include_str!("../../../../kernels/common.cuh");
+        let common = source("common.cuh");
         let p = |fmt: &str| -> i32 {
             let key = format!("struct Code<{fmt}> {{ static const int P = ");
             let at = common.find(&key).unwrap_or_else(|| panic!("common.cuh lacks {key:?}")) + key.len();
@@ -685,7 +690,6 @@ mod tests {
 
     #[test]
     fn mma_tiles_follow_the_kernels() {
-        let source = |name: &str| nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap().1;
         let rows = source("rows.cuh");
         assert!(rows.contains(&format!("#define MMA_TOKENS {MMA_TOKENS}\n")));
         assert!(rows.contains(&format!("#define MMA_ROWS {MMA_ROWS}\n")));
@@ -830,7 +834,6 @@ mod tests {
 
     #[test]
     fn groups_follow_the_kernels() {
-        let source = |name: &str| nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap().1;
         assert!(source("rows.cuh").contains(&format!("#define GROUP_TOKENS {GROUP_TOKENS}\n")));
         let (moe, linear) = (source("moe.cu"), source("linear.cu"));
         assert!(source("rows.cuh").contains(&format!("#define GROUP_ROWS {GROUP_ROWS}\n")));
