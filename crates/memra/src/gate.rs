@@ -12,12 +12,12 @@ use gates::tf::tf_gate;
 use trunk::bank::Bank;
 use trunk::cpu::{CpuOracle, Variant};
 use trunk::generate::{random_prompt, read_tokens_file};
-use trunk::gpu::{Dsv4Gpu, Fault, GpuOptions, MoeArm};
+use trunk::gpu::{Dsv4Gpu, ExpertSums, Fault, GpuOptions, MoeArm};
 use trunk::model::{open_model, LoadedModel};
 use trunk::weights::ExpertArm;
 
 const GATE_HELP: &str = "memra gate tf <model> <bank.json> <out-dir> [--devices 0,1] [--experts native|bf16]
-                [--moe fused|per-expert] [--prefill-chunk N] [--inject-fault drop-shared:L|shift-rope:L|stale-step]
+                [--moe fused|per-expert] [--expert-sums exact|tensor] [--prefill-chunk N] [--inject-fault drop-shared:L|shift-rope:L|stale-step]
 memra gate chunks <model> [--tokens FILE | --prompt-len N] [--widths 1,7,32,64] [--devices D]
                 [--variant exact|fp8] [--experts A] [--out FILE]
 memra gate compare <model> [--tokens FILE | --prompt-len N] [--devices D] [--variant V] [--experts A]
@@ -67,15 +67,27 @@ fn tokens_arg(a: &Args, vocab: usize, default_len: usize) -> Result<Vec<u32>> {
 /// The GPU engine with the options the commands share (`--moe`, `--devices`,
 /// and `--inject-fault` where a command accepts it).
 pub(crate) fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Result<Dsv4Gpu> {
-    let opts =
-        GpuOptions { variant, moe: a.parsed_or("moe", MoeArm::Fused)?, fault: a.parsed::<Fault>("inject-fault")? };
+    let opts = GpuOptions {
+        variant,
+        moe: a.parsed_or("moe", MoeArm::Fused)?,
+        fault: a.parsed::<Fault>("inject-fault")?,
+        expert_sums: a.parsed_or("expert-sums", ExpertSums::Exact)?,
+    };
     Dsv4Gpu::load(model.weights.clone(), &parse_devices(a.get("devices"))?, opts)
 }
 
-fn c_sum(model: &LoadedModel, variant: Variant) -> f64 {
+/// `C_gpu + C_cpu` for `gpu` (its expert sums) on `model`.
+fn c_sum(gpu: &Dsv4Gpu, model: &LoadedModel, variant: Variant) -> f64 {
     let c = model.config();
-    drift_coeff(Realization::Gpu, variant, c.num_hidden_layers)
-        + drift_coeff(Realization::Cpu, variant, c.num_hidden_layers)
+    let r = match gpu.tensor_expert_layers() {
+        0 => Realization::Gpu,
+        layers => Realization::GpuTensorExperts {
+            layers,
+            gate_up_k: c.hidden_size,
+            down_k: c.moe_intermediate_size,
+        },
+    };
+    drift_coeff(r, variant, c.num_hidden_layers) + drift_coeff(Realization::Cpu, variant, c.num_hidden_layers)
 }
 
 fn write_json(path: &Path, v: &impl serde::Serialize) -> Result<()> {
@@ -90,6 +102,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
             "variant",
             "experts",
             "moe",
+            "expert-sums",
             "prefill-chunk",
             "inject-fault",
             "tokens",
@@ -140,7 +153,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
             }
             let gpu = load_gpu(&a, &model, variant)?;
             let r = GpuRealization { gpu: &gpu, prefill_chunk: a.parsed_or("prefill-chunk", 64)? };
-            let rep = tf_gate(&r, &bank, c_sum(&model, variant))?;
+            let rep = tf_gate(&r, &bank, c_sum(&gpu, &model, variant))?;
             std::fs::create_dir_all(&out)?;
             write_json(&out.join("tf_gate.json"), &rep)?;
             write_json(&out.join("gpu_rows.json"), &rep.disagreements)?;
@@ -171,7 +184,8 @@ pub fn gate(argv: &[String]) -> Result<()> {
                 .split(',')
                 .map(|w| w.parse().context("--widths"))
                 .collect::<Result<_>>()?;
-            let rep = check_chunks(&mut gpu, &tokens, &widths, c_sum(&model, variant))?;
+            let c = c_sum(&gpu, &model, variant);
+            let rep = check_chunks(&mut gpu, &tokens, &widths, c)?;
             if let Some(o) = a.path("out") {
                 write_json(&o, &rep)?;
             }

@@ -53,11 +53,40 @@ impl std::str::FromStr for Fault {
     }
 }
 
+/// How the routed experts' products are summed on the GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExpertSums {
+    /// Exact f64 products summed in the CPU oracle's order and rounded once
+    /// (kernels/common.cuh): the GPU's logits are the CPU's bit for bit.
+    #[default]
+    Exact,
+    /// The BF16 tensor cores (kernels/moe_tensor.cu): each activation as
+    /// three BF16 limbs, each weight an exact BF16, products accumulated in
+    /// f32 one K step of 16 at a time. Chunked prefill and decode still give
+    /// identical bits; against the CPU oracle the logits move inside the
+    /// band (gates `Realization::GpuTensorExperts`). Layers whose routed
+    /// experts are not FP4, or whose widths are not multiples of 128, keep
+    /// the exact sums (gpu/products.rs `limb_arm`).
+    Tensor,
+}
+
+impl std::str::FromStr for ExpertSums {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "exact" => Ok(ExpertSums::Exact),
+            "tensor" => Ok(ExpertSums::Tensor),
+            _ => bail!("unknown expert sums `{s}` (exact or tensor)"),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GpuOptions {
     pub variant: Variant,
     pub moe: MoeArm,
     pub fault: Option<Fault>,
+    pub expert_sums: ExpertSums,
 }
 
 /// Residual streams a forward copies out after its layers (all, or `layers`).
@@ -258,6 +287,18 @@ impl Dsv4Gpu {
     /// The layers of each stage, in stage order.
     pub fn stage_layers(&self) -> Vec<Range<usize>> {
         self.stages.iter().map(|s| s.layers.clone()).collect()
+    }
+
+    /// The layers whose routed experts take the `tensor` sums (none under
+    /// [`ExpertSums::Exact`]; gpu/products.rs `limb_arm`), for the band.
+    pub fn tensor_expert_layers(&self) -> usize {
+        if self.opts.expert_sums != ExpertSums::Tensor {
+            return 0;
+        }
+        let c = &self.config;
+        let (d, inter) = (c.hidden_size, c.moe_intermediate_size);
+        let stages = self.stages.iter().flat_map(|s| &s.dev);
+        stages.filter(|dl| super::products::limb_arm(dl.expert_fmts.0, dl.expert_fmts.1, d, inter)).count()
     }
 
     pub fn devices(&self) -> Vec<usize> {

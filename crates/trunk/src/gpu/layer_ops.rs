@@ -4,9 +4,10 @@
 use anyhow::{Context, Result};
 
 use super::device::Gpu;
-use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
+use super::forward::{Dsv4Gpu, ExpertSums, Fault, MoeArm, Pass};
 use super::products::{
-    expert_mma_smem, group_smem, row_smem, DECODE_WARPS, GROUP_BLOCK, GROUP_TOKENS, MMA_BLOCK, MMA_PAIRS,
+    expert_mma_smem, group_smem, limb_arm, limb_smem_groups, limb_smem_one, row_smem, DECODE_WARPS, GROUP_BLOCK,
+    GROUP_TOKENS, LIMB_TOKENS, LIMB_WARPS, MMA_BLOCK, MMA_PAIRS,
 };
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
@@ -450,14 +451,55 @@ impl Dsv4Gpu {
         let npairs = n * k;
         // the expert kernels' grids and staged rows
         let (f13, f2) = dl.expert_fmts;
-        let smem = |fmt: i32, cols: usize| {
-            row_smem(fmt, cols)
-                .with_context(|| format!("an expert input of {cols} values does not fit in shared memory"))
+        // the `tensor` expert sums where the layer's experts take them
+        // (kernels/moe_tensor.cu, gpu/products.rs `limb_arm`), else the
+        // exact sums; prefill and decode alike
+        let limbs = self.opts.expert_sums == ExpertSums::Tensor && limb_arm(f13, f2, d, inter);
+        let group_pairs = npairs >= EXPERT_GROUP_MIN_PAIRS * ne;
+        // the pairs listed by expert into pair_lists (kernels/moe.cu
+        // `moe_group_pairs`), and with a groups buffer (not 0) cut into
+        // groups of up to `per_group` pairs of one expert
+        let list_by_expert = |groups: u64, ngroups: usize, per_group: usize| -> Result<()> {
+            launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (2 * ne * 4) as u32);
+                sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr, groups, ngroups as i32, per_group as i32);
+            Ok(())
         };
-        let (gu_smem, down_smem) = (smem(f13, d)?, smem(f2, inter)?);
-        let (gu_x, down_x) =
-            (inter.div_ceil(DECODE_WARPS * ER_GATE_UP) as u32, d.div_ceil(DECODE_WARPS * ER_DOWN) as u32);
-        let block = (DECODE_WARPS * 32) as u32;
+        if limbs && self.opts.moe == MoeArm::Fused && group_pairs {
+            // groups of one expert's pairs on the tensor cores, their inputs
+            // as limb rows (kernels/moe_tensor.cu `limb_rows`)
+            let ngroups = npairs.div_ceil(LIMB_TOKENS) + ne;
+            list_by_expert(sc.expert_groups.ptr, ngroups, LIMB_TOKENS)?;
+            let grid_y = ngroups.min(u16::MAX as usize) as u32;
+            let (block, smem) = ((LIMB_WARPS * 32) as u32, limb_smem_groups() as u32);
+            launch!(g, "limb_rows", Gpu::cfg((n as u32, 1, 1), 256, 0); hq, d as i32, sc.limbs.ptr);
+            launch!(g, "expert_gate_up_bf16_groups",
+                Gpu::cfg((inter.div_ceil(16 * LIMB_WARPS) as u32, grid_y, 1), block, smem);
+                dl.w1s.ptr, dl.w3s.ptr, sc.limbs.ptr, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32,
+                sc.pair_lists.ptr, sc.expert_groups.ptr, ngroups as i32, lim, inter as i32, sc.hmid.ptr);
+            let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
+            launch!(g, "limb_rows", Gpu::cfg((npairs as u32, 1, 1), 256, 0); hm, inter as i32, sc.limbs.ptr);
+            launch!(g, "expert_down_bf16_groups", Gpu::cfg((d.div_ceil(32 * LIMB_WARPS) as u32, grid_y, 1), block, smem);
+                dl.w2s.ptr, sc.limbs.ptr, inter as i32, sc.ridx.ptr, sc.pair_lists.ptr, sc.expert_groups.ptr,
+                ngroups as i32, d as i32, sc.slot_out.ptr);
+            return g.branch_join();
+        }
+        // the one-token kernels (each pair's rows on its own): names, grids,
+        // block and staged rows
+        let ([gate_up_one, down_one], gu_x, down_x, block, gu_smem, down_smem) = if limbs {
+            let x = |rows: usize, per_warp: usize| rows.div_ceil(per_warp * LIMB_WARPS) as u32;
+            let block = (LIMB_WARPS * 32) as u32;
+            let (gu, down) = (limb_smem_one(d) as u32, limb_smem_one(inter) as u32);
+            (["expert_gate_up_bf16", "expert_down_bf16"], x(inter, 8), x(d, 16), block, gu, down)
+        } else {
+            let smem = |fmt: i32, cols: usize| {
+                row_smem(fmt, cols)
+                    .with_context(|| format!("an expert input of {cols} values does not fit in shared memory"))
+            };
+            let x = |rows: usize, per_warp: usize| rows.div_ceil(DECODE_WARPS * per_warp) as u32;
+            let block = (DECODE_WARPS * 32) as u32;
+            let (gu, down) = (smem(f13, d)?, smem(f2, inter)?);
+            (["expert_gate_up", "expert_down"], x(inter, ER_GATE_UP), x(d, ER_DOWN), block, gu, down)
+        };
         // the expert groups (their staged rows' shared bytes, pairs a group,
         // block and kernels), where there are enough pairs an expert for
         // groups and their rows fit: on the FP64 tensor cores where every
@@ -472,15 +514,7 @@ impl Dsv4Gpu {
                     .zip(group_smem(f2, inter, GROUP_TOKENS))
                     .map(|s| (s, GROUP_TOKENS, GROUP_BLOCK, ["expert_gate_up_groups", "expert_down_groups"]))
             })
-            .filter(|_| npairs >= EXPERT_GROUP_MIN_PAIRS * ne);
-        // the pairs listed by expert into pair_lists (kernels/moe.cu
-        // `moe_group_pairs`), and with a groups buffer (not 0) cut into
-        // groups of up to `per_group` pairs of one expert
-        let list_by_expert = |groups: u64, ngroups: usize, per_group: usize| -> Result<()> {
-            launch!(g, "moe_group_pairs", Gpu::cfg((1, 1, 1), 1024, (2 * ne * 4) as u32);
-                sc.ridx.ptr, npairs as i32, ne as i32, sc.pair_lists.ptr, groups, ngroups as i32, per_group as i32);
-            Ok(())
-        };
+            .filter(|_| group_pairs && !limbs);
         match (self.opts.moe, groups) {
             (MoeArm::Fused, Some(((gu_smem, down_smem), per_group, group_block, [gate_up, down]))) => {
                 // the pairs listed by expert and cut into groups of one
@@ -507,11 +541,11 @@ impl Dsv4Gpu {
                 } else {
                     sc.pairs.ptr
                 };
-                launch!(g, "expert_gate_up", Gpu::cfg((gu_x, npairs as u32, 1), block, gu_smem);
+                launch!(g, gate_up_one, Gpu::cfg((gu_x, npairs as u32, 1), block, gu_smem);
                     dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32, pairs, lim,
                     inter as i32, sc.hmid.ptr);
                 let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
-                launch!(g, "expert_down", Gpu::cfg((down_x, npairs as u32, 1), block, down_smem);
+                launch!(g, down_one, Gpu::cfg((down_x, npairs as u32, 1), block, down_smem);
                     dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, pairs, d as i32, sc.slot_out.ptr);
             }
             (MoeArm::PerExpert, _) => {
@@ -527,7 +561,7 @@ impl Dsv4Gpu {
                 let mut off = 0;
                 for list in &lists {
                     if !list.is_empty() {
-                        launch!(g, "expert_gate_up", Gpu::cfg((gu_x, list.len() as u32, 1), block, gu_smem);
+                        launch!(g, gate_up_one, Gpu::cfg((gu_x, list.len() as u32, 1), block, gu_smem);
                             dl.w1s.ptr, dl.w3s.ptr, hq, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32,
                             sc.pair_lists.at(off), lim, inter as i32, sc.hmid.ptr);
                     }
@@ -537,7 +571,7 @@ impl Dsv4Gpu {
                 let mut off = 0;
                 for list in &lists {
                     if !list.is_empty() {
-                        launch!(g, "expert_down", Gpu::cfg((down_x, list.len() as u32, 1), block, down_smem);
+                        launch!(g, down_one, Gpu::cfg((down_x, list.len() as u32, 1), block, down_smem);
                             dl.w2s.ptr, hm, inter as i32, sc.ridx.ptr, sc.pair_lists.at(off), d as i32, sc.slot_out.ptr);
                     }
                     off += list.len();

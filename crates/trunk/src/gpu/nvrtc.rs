@@ -19,6 +19,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("compressor.cu", include_str!("../../../../kernels/compressor.cu")),
     ("indexer.cu", include_str!("../../../../kernels/indexer.cu")),
     ("moe.cu", include_str!("../../../../kernels/moe.cu")),
+    ("moe_tensor.cu", include_str!("../../../../kernels/moe_tensor.cu")),
     ("argmax.cu", include_str!("../../../../kernels/argmax.cu")),
 ];
 
@@ -75,6 +76,11 @@ pub const KERNELS: &[&str] = &[
     "expert_down_groups",
     "expert_gate_up_mma",
     "expert_down_mma",
+    "expert_gate_up_bf16",
+    "expert_down_bf16",
+    "expert_gate_up_bf16_groups",
+    "expert_down_bf16_groups",
+    "limb_rows",
     "swiglu_rows",
     "argmax_slices",
     "argmax_rows",

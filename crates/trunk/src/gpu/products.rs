@@ -180,6 +180,48 @@ pub fn expert_mma_smem(fmt: i32, cols: usize, scaled: bool, down: bool) -> Optio
     (bytes <= MMA_SMEM_MAX).then_some(bytes as u32)
 }
 
+/// The `tensor` expert sums (kernels/moe_tensor.cu): the K block a thread
+/// of a tile reads a row in (`LIMB_K`), the bf16 of padding after each
+/// staged limb row (`LIMB_PAD`), the pairs of a prefill group
+/// (`LIMB_TOKENS`), its staged K blocks (`LIMB_STAGES`) and the warps of a
+/// block (`LIMB_WARPS`).
+pub const LIMB_K: usize = 128;
+const LIMB_PAD: usize = 16;
+pub const LIMB_TOKENS: usize = 16;
+const LIMB_STAGES: usize = 3;
+pub const LIMB_WARPS: usize = 4;
+/// The code tables at the start of their shared memory: a 16-byte entry
+/// for each of the 256 E8M0 scale bytes.
+const LIMB_TABLES: usize = 256 * 16;
+/// The shared bytes the tensor expert kernels may take without opting in.
+const LIMB_SMEM_MAX: usize = 48 << 10;
+
+/// Shared bytes of `expert_gate_up_bf16` / `expert_down_bf16` for one
+/// token's input of `cols` values: the tables and its three limb rows.
+pub fn limb_smem_one(cols: usize) -> usize {
+    LIMB_TABLES + 3 * (cols + LIMB_PAD) * 2
+}
+
+/// Shared bytes of the tensor expert group kernels: the tables and
+/// `LIMB_STAGES` K blocks of a group's limb rows.
+pub fn limb_smem_groups() -> usize {
+    LIMB_TABLES + LIMB_STAGES * 3 * LIMB_TOKENS * (LIMB_K + LIMB_PAD) * 2
+}
+
+/// Whether a layer's routed experts take the `tensor` sums: W1 and W3
+/// (format `f13`, rows of `d`) and W2 (`f2`, rows of `inter`) all FP4, both
+/// widths whole K blocks, and one token's limb rows within
+/// [`LIMB_SMEM_MAX`]. Other layers keep the exact sums, in prefill and in
+/// decode alike.
+pub fn limb_arm(f13: i32, f2: i32, d: usize, inter: usize) -> bool {
+    f13 == 3
+        && f2 == 3
+        && d.is_multiple_of(LIMB_K)
+        && inter.is_multiple_of(LIMB_K)
+        && limb_smem_one(d.max(inter)) <= LIMB_SMEM_MAX
+        && limb_smem_groups() <= LIMB_SMEM_MAX
+}
+
 /// `linear_mma`'s shared bytes ([`mma_tile_smem`]) for inputs at `x`
 /// (stride `x_stride`, groups `x_group` floats apart) through rows
 /// `row0 + z * nrows ..` of `w` for each of `groups` groups `z`, or None
@@ -525,6 +567,35 @@ mod tests {
     /// A kernel source file as the engine compiles it (nvrtc::SOURCES).
     fn source(name: &str) -> &'static str {
         nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no kernel source {name}")).1
+    }
+
+    #[test]
+    fn limb_constants_are_the_kernels() {
+        let src = source("moe_tensor.cu");
+        for (name, v) in [
+            ("LIMB_K", LIMB_K),
+            ("LIMB_PAD", LIMB_PAD),
+            ("LIMB_TOKENS", LIMB_TOKENS),
+            ("LIMB_STAGES", LIMB_STAGES),
+            ("LIMB_WARPS", LIMB_WARPS),
+        ] {
+            assert!(src.contains(&format!("#define {name} {v} ")), "{name} {v}");
+        }
+        for k in ["expert_gate_up_bf16", "expert_down_bf16", "expert_gate_up_bf16_groups", "expert_down_bf16_groups"] {
+            assert!(src.contains(&format!("__launch_bounds__(32 * LIMB_WARPS) {k}(")), "{k}");
+            assert!(nvrtc::KERNELS.contains(&k), "{k} is not loaded");
+        }
+        // DeepSeek-V4-Flash widths take the arm; FP8 experts, ragged widths
+        // and rows whose limbs would not fit do not
+        assert!(limb_arm(3, 3, 4096, 2048));
+        assert_eq!(limb_smem_one(4096), 4096 + 3 * 4112 * 2);
+        assert_eq!(limb_smem_groups(), 4096 + 3 * 48 * 144 * 2);
+        assert!(!limb_arm(2, 3, 4096, 2048));
+        assert!(!limb_arm(3, 2, 4096, 2048));
+        assert!(!limb_arm(3, 3, 4096 + 32, 2048));
+        assert!(!limb_arm(3, 3, 4096, 2048 + 64));
+        assert!(limb_arm(3, 3, 7168, 2048));
+        assert!(!limb_arm(3, 3, 8192, 2048));
     }
 
     #[test]

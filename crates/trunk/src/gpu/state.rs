@@ -56,6 +56,10 @@ pub struct Scratch {
     pub hmid: Buf<f32>,
     pub hmidq: Buf<f32>,
     pub slot_out: Buf<f32>,
+    /// The `tensor` expert sums' limb rows of a prefill's expert inputs
+    /// (kernels/moe_tensor.cu `limb_rows`: the tokens' d-wide rows, then the
+    /// pairs' middles); empty under the exact sums.
+    pub limbs: Buf<u16>,
     pub sg: Buf<f32>,
     pub su: Buf<f32>,
     pub sh: Buf<f32>,
@@ -135,6 +139,8 @@ pub struct ScratchDims {
     pub inter: usize,
     pub vocab: usize,
     pub max_entries: usize,
+    /// Whether scratch holds the `tensor` expert sums' limb rows.
+    pub limbs: bool,
 }
 
 impl ScratchDims {
@@ -165,10 +171,21 @@ impl ScratchDims {
             + 4 * self.inter
             + self.d;
         let head_mix = 2 * hc_slices(self.hc, self.d) * (self.hc + 1);
-        w * per_token
+        w * (per_token + self.limb_elems(1).div_ceil(2))
             + w.max(LOGIT_ROWS)
             + 2 * self.expert_groups(w)
             + LOGIT_ROWS * (1 + self.d + self.vocab + 1 + head_mix + 2 * ARGMAX_SLICES)
+    }
+
+    /// The bf16 of the limb rows for `w` tokens: three of each input value
+    /// of the routed experts (the larger of a token's row and its pairs'
+    /// middles; they are not live at once).
+    pub fn limb_elems(&self, w: usize) -> usize {
+        if self.limbs {
+            w * 3 * self.d.max(self.k * self.inter)
+        } else {
+            0
+        }
     }
 
     /// Expert groups that `w` tokens' pairs can need: each expert's pairs
@@ -216,6 +233,7 @@ impl ScratchDims {
             hmid: f(w * self.k * self.inter)?,
             hmidq: f(w * self.k * self.inter)?,
             slot_out: f(w * self.k * self.d)?,
+            limbs: gpu.alloc::<u16>(self.limb_elems(w))?,
             sg: f(w * self.inter)?,
             su: f(w * self.inter)?,
             sh: f(w * self.inter)?,
@@ -305,6 +323,7 @@ impl Dsv4Gpu {
             inter: c.moe_intermediate_size * c.n_shared_experts.max(1),
             vocab: c.vocab_size,
             max_entries: capacity / c.csa_ratio.max(1) + 1,
+            limbs: self.opts.expert_sums == super::forward::ExpertSums::Tensor,
         }
     }
 
