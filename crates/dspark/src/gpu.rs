@@ -72,7 +72,8 @@ impl DsparkGpu {
             layout: trunk::weights::CheckpointLayout::Official,
             expert_arm: trunk::weights::ExpertArm::Native,
         };
-        let stack = Dsv4Gpu::load(Arc::new(stack_weights), &[device], GpuOptions { variant, moe, ..Default::default() })?;
+        let stack =
+            Dsv4Gpu::load(Arc::new(stack_weights), &[device], GpuOptions { variant, moe, ..Default::default() })?;
         let chunk = chunk.max(w.ds.block_size);
         let state = stack.alloc_decode_state_for_transient(capacity, chunk)?;
         let g = stack.stage_gpu(0).clone();

@@ -56,7 +56,11 @@ pub enum Realization {
     Gpu,
     /// The GPU with the routed experts of `layers` layers on the `tensor`
     /// sums, whose gate/up rows are `gate_up_k` long and down rows `down_k`.
-    GpuTensorExperts { layers: usize, gate_up_k: usize, down_k: usize },
+    GpuTensorExperts {
+        layers: usize,
+        gate_up_k: usize,
+        down_k: usize,
+    },
 }
 
 /// The relative drift coefficient `C` of a realization of a model with

@@ -81,11 +81,7 @@ fn c_sum(gpu: &Dsv4Gpu, model: &LoadedModel, variant: Variant) -> f64 {
     let c = model.config();
     let r = match gpu.tensor_expert_layers() {
         0 => Realization::Gpu,
-        layers => Realization::GpuTensorExperts {
-            layers,
-            gate_up_k: c.hidden_size,
-            down_k: c.moe_intermediate_size,
-        },
+        layers => Realization::GpuTensorExperts { layers, gate_up_k: c.hidden_size, down_k: c.moe_intermediate_size },
     };
     drift_coeff(r, variant, c.num_hidden_layers) + drift_coeff(Realization::Cpu, variant, c.num_hidden_layers)
 }
