@@ -141,8 +141,8 @@ template <int R>
 __device__ __forceinline__ void load_limb_block(const LimbRow (&rows)[R], int b, LimbBlock<R>& blk) {
     #pragma unroll
     for (int r = 0; r < R; r++) {
-        blk.c[r] = rows[r].codes[4 * b];
-        blk.e[r] = rows[r].scales[4 * b];
+        blk.c[r] = __ldg(rows[r].codes + 4 * b);
+        blk.e[r] = __ldg(rows[r].scales + 4 * b);
     }
 }
 
