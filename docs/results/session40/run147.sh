@@ -19,6 +19,7 @@ done
 g $M bank --model /tmp/m/small --prompt-len 32 --n 64 --variant exact --out /tmp/m/bank_small_exact.json
 g $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_small_tensor --expert-sums tensor
 g $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_small_tensor_perexpert --expert-sums tensor --moe per-expert
+g $M gate tf /tmp/m/small /tmp/m/bank_small_exact.json $OUT/tf_small_tensor_fault --expert-sums tensor --inject-fault drop-shared:1
 g $M gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 256 --widths 1,256 --expert-sums tensor \
   --out $OUT/chunks_flash4_tensor.json
 python3 -c "import json; json.dump({'tokens': [(i*7919) % 120000 + 2 for i in range(256)]}, open('/tmp/m/seq_flash.json','w'))"

@@ -728,7 +728,7 @@ impl Dsv4Gpu {
 
 #[cfg(test)]
 mod tests {
-    use super::Fault;
+    use super::{ExpertSums, Fault};
 
     #[test]
     fn faults_parse_from_the_command_line_form() {
@@ -738,5 +738,14 @@ mod tests {
         for bad in ["stale-step:1", "drop-shared", "shift-rope:x", "flip:1", ""] {
             assert!(bad.parse::<Fault>().is_err(), "{bad} parsed");
         }
+    }
+
+    #[test]
+    fn expert_sums_parse_and_default_to_exact() {
+        assert_eq!(ExpertSums::default(), ExpertSums::Exact);
+        assert_eq!("exact".parse::<ExpertSums>().unwrap(), ExpertSums::Exact);
+        assert_eq!("tensor".parse::<ExpertSums>().unwrap(), ExpertSums::Tensor);
+        let e = "bf16".parse::<ExpertSums>().unwrap_err().to_string();
+        assert!(e.contains("exact or tensor"), "{e}");
     }
 }
