@@ -17,7 +17,9 @@
 //   accumulated in f32, from zero, one K step of 16 after another in the
 //   order `limb_pos` fixes (thread q of a tile's rows holds the block's
 //   chunk q of 32 columns; step s takes its columns 4s .. 4s + 3).
-// - The output is rn_f32((f64(d_hi) + f64(d_mid)) + f64(d_lo)) (`limb_sum`).
+// - K is cut into 4, 2 or 1 parts (`limb_parts`), each part's chains from
+//   zero; a part's value is rn_f32((f64(d_hi) + f64(d_mid)) + f64(d_lo))
+//   (`limb_sum`), and the output is -0 + v_0 + v_1 + ... in f32.
 // One token (decode, `expert_gate_up_bf16`, `expert_down_bf16`) puts its
 // three limbs on the instruction's columns 0, 1, 2; groups of up to
 // LIMB_TOKENS pairs of one expert (prefill, the `_groups` kernels) put the
@@ -155,23 +157,23 @@ __device__ __forceinline__ u32 word_of(const uint4& c, int w) {
 // on column L), accumulated into d (d[0], d[1]: row g's hi and mid on the
 // lanes with q = 0, lo on q = 1's d[0]; d[2], d[3] row g + 8's).
 #define LIMB_AHEAD 4
-__device__ __forceinline__ void tile_one_token(const LimbRow (&rows)[2], int K, const u16* xs, const uint4* tables,
-                                               float (&d)[4]) {
+#define LIMB_DECODE_BLOCKS 5  // decode blocks an SM: at most 102 registers
+__device__ __forceinline__ void tile_one_token(const LimbRow (&rows)[2], int K, int b_first, int nb, const u16* xs,
+                                               const uint4* tables, float (&d)[4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int nb = K / LIMB_K;
     const bool col = g < 3;
-    const u16* xr = xs + (size_t)(col ? g : 0) * (K + LIMB_PAD) + 4 * q;
+    const u16* xr = xs + (size_t)(col ? g : 0) * (K + LIMB_PAD) + 4 * q + LIMB_K * b_first;
     LimbBlock<2> ring[LIMB_AHEAD];
     #pragma unroll
     for (int j = 0; j < LIMB_AHEAD; j++)
-        if (j < nb) load_limb_block<2>(rows, j, ring[j]);
+        if (j < nb) load_limb_block<2>(rows, b_first + j, ring[j]);
     for (int b0 = 0; b0 < nb; b0 += LIMB_AHEAD) {
         #pragma unroll
         for (int j = 0; j < LIMB_AHEAD; j++) {
             const int b = b0 + j;
             if (b < nb) {
                 const LimbBlock<2> blk = ring[j];
-                if (b + LIMB_AHEAD < nb) load_limb_block<2>(rows, b + LIMB_AHEAD, ring[j]);
+                if (b + LIMB_AHEAD < nb) load_limb_block<2>(rows, b_first + b + LIMB_AHEAD, ring[j]);
                 const uint4 t0 = tables[blk.e[0]], t1 = tables[blk.e[1]];
                 #pragma unroll
                 for (int w = 0; w < 4; w++) {
@@ -190,14 +192,54 @@ __device__ __forceinline__ void tile_one_token(const LimbRow (&rows)[2], int K, 
     }
 }
 
-// The decode kernels' shared memory: the tables, then the token's limb rows.
-__device__ __forceinline__ u16* limb_rows_smem() { return (u16*)(limb_smem + 256); }
+// The K parts of a row of K values (gpu/products.rs `limb_parts`): 4, 2 or
+// 1, whichever first divides its K blocks. Each part's chains start from
+// zero; a row's output is -0 + v_0 + v_1 + ... in f32, in part order, v_p
+// the part's limb_sum. Decode gives each part a warp (more warps for one
+// token's few tiles), prefill runs them one after another.
+__device__ __forceinline__ int limb_parts(int K) {
+    const int nb = K / LIMB_K;
+    return nb % 4 == 0 ? 4 : nb % 2 == 0 ? 2 : 1;
+}
 
-// grid (ceil(inter / (8 LIMB_WARPS)), npairs), block 32 LIMB_WARPS, dynamic
-// smem 4096 + 3 (d + LIMB_PAD) 2 bytes (gpu/products.rs `limb_smem_one`).
-// Warp w of block x takes intermediate rows i0 = 8 (x LIMB_WARPS + w) ..
-// i0 + 7: its tile's rows g and g + 8 are W1's and W3's row i0 + g.
-extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_gate_up_bf16(
+// Decode: the warp's part of its tile (warp w of the block: tile w / parts,
+// part w % parts) into rows v[0] (row g) and v[1] (row g + 8) of the
+// block's part sums (`limb_part_sums`), on the lanes with q = 0, then the
+// tile's sums over the parts in order, on the lanes with q = 0 of its
+// first part's warp (returns whether this lane holds them).
+__device__ __forceinline__ bool tile_parts(const LimbRow (&rows)[2], bool active, int K, const u16* xs,
+                                           const uint4* tables, float* part_sums, float (&v)[2]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int parts = limb_parts(K), nb = K / LIMB_K / parts, part = warp % parts;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (active) tile_one_token(rows, K, part * nb, nb, xs, tables, acc);
+    const float lo_a = __shfl_down_sync(0xffffffffu, acc[0], 1), lo_b = __shfl_down_sync(0xffffffffu, acc[2], 1);
+    if (q == 0) {
+        part_sums[warp * 16 + g] = limb_sum(acc[0], acc[1], lo_a);
+        part_sums[warp * 16 + g + 8] = limb_sum(acc[2], acc[3], lo_b);
+    }
+    __syncthreads();
+    if (part != 0 || q != 0 || !active) return false;
+    v[0] = -0.0f;
+    v[1] = -0.0f;
+    for (int p = 0; p < parts; p++) {
+        v[0] = __fadd_rn(v[0], part_sums[(warp + p) * 16 + g]);
+        v[1] = __fadd_rn(v[1], part_sums[(warp + p) * 16 + g + 8]);
+    }
+    return true;
+}
+
+// The decode kernels' shared memory: the tables, then the token's limb
+// rows, then the warps' part sums (16 floats a warp).
+__device__ __forceinline__ u16* limb_rows_smem() { return (u16*)(limb_smem + 256); }
+__device__ __forceinline__ float* limb_part_sums(int K) { return (float*)(limb_rows_smem() + 3 * (K + LIMB_PAD)); }
+
+// grid (ceil(inter / (8 LIMB_WARPS / parts)), npairs), block 32 LIMB_WARPS,
+// dynamic smem 4096 + 3 (d + LIMB_PAD) 2 + 64 LIMB_WARPS bytes
+// (gpu/products.rs `limb_smem_one`). Block x's tile t takes intermediate
+// rows i0 = 8 (x LIMB_WARPS / parts + t) .. i0 + 7: its rows g and g + 8
+// are W1's and W3's row i0 + g.
+extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS) expert_gate_up_bf16(
     const Mat* __restrict__ w1s, const Mat* __restrict__ w3s, const float* __restrict__ x, int d,
     const int* __restrict__ idx, const double* __restrict__ wts, int k, const int* __restrict__ pairs, float lim,
     int inter, float* __restrict__ h) {
@@ -208,23 +250,19 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_gate_up_bf1
     u16* xs = limb_rows_smem();
     stage_limb_row(x + (size_t)(pair / k) * d, d, xs, d + LIMB_PAD, threadIdx.x, blockDim.x);
     __syncthreads();
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int i0 = 8 * (blockIdx.x * LIMB_WARPS + (threadIdx.x >> 5));
-    if (i0 >= inter) return;
+    const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, parts = limb_parts(d);
+    const int i0 = 8 * (blockIdx.x * (LIMB_WARPS / parts) + (threadIdx.x >> 5) / parts);
     const int i = min(i0 + g, inter - 1);
     const LimbRow rows[2] = {limb_row(w1s[e], i, q), limb_row(w3s[e], i, q)};
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    tile_one_token(rows, d, xs, limb_smem, acc);
-    const float lo_g = __shfl_down_sync(0xffffffffu, acc[0], 1), lo_u = __shfl_down_sync(0xffffffffu, acc[2], 1);
-    if (q == 0 && i0 + g < inter)
-        h[(size_t)pair * inter + i0 + g] =
-            swiglu(limb_sum(acc[0], acc[1], lo_g), limb_sum(acc[2], acc[3], lo_u), lim, wts[pair]);
+    float v[2];
+    if (tile_parts(rows, i0 < inter, d, xs, limb_smem, limb_part_sums(d), v) && i0 + g < inter)
+        h[(size_t)pair * inter + i0 + g] = swiglu(v[0], v[1], lim, wts[pair]);
 }
 
-// grid (ceil(d / (16 LIMB_WARPS)), npairs), block 32 LIMB_WARPS, dynamic
-// smem 4096 + 3 (inter + LIMB_PAD) 2 bytes. Warp w of block x takes W2's
-// rows j0 = 16 (x LIMB_WARPS + w) .. j0 + 15.
-extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_down_bf16(
+// grid (ceil(d / (16 LIMB_WARPS / parts)), npairs), block 32 LIMB_WARPS,
+// dynamic smem 4096 + 3 (inter + LIMB_PAD) 2 + 64 LIMB_WARPS bytes. Block
+// x's tile t takes W2's rows j0 = 16 (x LIMB_WARPS / parts + t) .. j0 + 15.
+extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS) expert_down_bf16(
     const Mat* __restrict__ w2s, const float* __restrict__ h, int inter, const int* __restrict__ idx,
     const int* __restrict__ pairs, int d, float* __restrict__ out) {
     limb_tables(limb_smem);
@@ -234,16 +272,13 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_down_bf16(
     u16* xs = limb_rows_smem();
     stage_limb_row(h + (size_t)pair * inter, inter, xs, inter + LIMB_PAD, threadIdx.x, blockDim.x);
     __syncthreads();
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int j0 = 16 * (blockIdx.x * LIMB_WARPS + (threadIdx.x >> 5));
-    if (j0 >= d) return;
+    const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, parts = limb_parts(inter);
+    const int j0 = 16 * (blockIdx.x * (LIMB_WARPS / parts) + (threadIdx.x >> 5) / parts);
     const LimbRow rows[2] = {limb_row(w2, min(j0 + g, d - 1), q), limb_row(w2, min(j0 + g + 8, d - 1), q)};
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    tile_one_token(rows, inter, xs, limb_smem, acc);
-    const float lo_a = __shfl_down_sync(0xffffffffu, acc[0], 1), lo_b = __shfl_down_sync(0xffffffffu, acc[2], 1);
-    if (q == 0) {
-        if (j0 + g < d) out[(size_t)pair * d + j0 + g] = limb_sum(acc[0], acc[1], lo_a);
-        if (j0 + g + 8 < d) out[(size_t)pair * d + j0 + g + 8] = limb_sum(acc[2], acc[3], lo_b);
+    float v[2];
+    if (tile_parts(rows, j0 < d, inter, xs, limb_smem, limb_part_sums(inter), v)) {
+        if (j0 + g < d) out[(size_t)pair * d + j0 + g] = v[0];
+        if (j0 + g + 8 < d) out[(size_t)pair * d + j0 + g + 8] = v[1];
     }
 }
 
@@ -274,19 +309,25 @@ __device__ __forceinline__ void stage_limb_block(Src src, int K, int b, u16* sta
     }
 }
 
+// out[t][j][u]: the sums over the K parts (limb_parts), in part order,
+// of tile t's rows g (u < 2) and g + 8 (u >= 2) for tokens 8 j + 2 q + (u & 1).
 template <class Src>
 __device__ __forceinline__ void tiles_group(const LimbRow (&rows)[4], bool active, int K, Src src, u16* stages,
-                                            const uint4* tables, float (&acc)[2][2][3][4]) {
+                                            const uint4* tables, float (&out)[2][2][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int nb = K / LIMB_K;
+    const int nb = K / LIMB_K, part_blocks = nb / limb_parts(K);
+    float acc[2][2][3][4];
     #pragma unroll
     for (int t = 0; t < 2; t++)
         #pragma unroll
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < 2; j++) {
+            #pragma unroll
+            for (int u = 0; u < 4; u++) out[t][j][u] = -0.0f;
             #pragma unroll
             for (int L = 0; L < 3; L++)
                 #pragma unroll
                 for (int u = 0; u < 4; u++) acc[t][j][L][u] = 0.0f;
+        }
     #pragma unroll
     for (int s = 0; s < LIMB_STAGES - 1; s++) {
         if (s < nb) stage_limb_block(src, K, s, stages + s * LIMB_STAGE_ELEMS);
@@ -331,6 +372,17 @@ __device__ __forceinline__ void tiles_group(const LimbRow (&rows)[4], bool activ
                                      p[2 * t + 1][2 * hh + 1], x[j][L].x, x[j][L].y);
             }
         }
+        if ((b + 1) % part_blocks == 0) {
+            #pragma unroll
+            for (int t = 0; t < 2; t++)
+                #pragma unroll
+                for (int j = 0; j < 2; j++)
+                    #pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        out[t][j][u] = __fadd_rn(out[t][j][u], limb_sum(acc[t][j][0][u], acc[t][j][1][u], acc[t][j][2][u]));
+                        acc[t][j][0][u] = acc[t][j][1][u] = acc[t][j][2][u] = 0.0f;
+                    }
+        }
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     __syncthreads();
@@ -365,9 +417,9 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_gate_up_bf1
             rows[2 * t] = limb_row(w1s[e], i, q);
             rows[2 * t + 1] = limb_row(w3s[e], i, q);
         }
-        float acc[2][2][3][4];
+        float sums[2][2][4];
         tiles_group(rows, active, d, [&](int t) { return xl + (size_t)(tp[min(t, nt - 1)] / k) * 3 * d; },
-                    limb_stages_smem(), limb_smem, acc);
+                    limb_stages_smem(), limb_smem, sums);
         if (!active) continue;
         #pragma unroll
         for (int t = 0; t < 2; t++) {
@@ -379,10 +431,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_gate_up_bf1
                     const int c = 8 * j + 2 * q + u;
                     if (c < nt && i < inter) {
                         const int pair = tp[c];
-                        h[(size_t)pair * inter + i] =
-                            swiglu(limb_sum(acc[t][j][0][u], acc[t][j][1][u], acc[t][j][2][u]),
-                                   limb_sum(acc[t][j][0][2 + u], acc[t][j][1][2 + u], acc[t][j][2][2 + u]), lim,
-                                   wts[pair]);
+                        h[(size_t)pair * inter + i] = swiglu(sums[t][j][u], sums[t][j][2 + u], lim, wts[pair]);
                     }
                 }
         }
@@ -410,9 +459,9 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_down_bf16_g
         LimbRow rows[4];
         #pragma unroll
         for (int r = 0; r < 4; r++) rows[r] = limb_row(w2, min(j0 + 16 * (r >> 1) + 8 * (r & 1) + g, d - 1), q);
-        float acc[2][2][3][4];
+        float sums[2][2][4];
         tiles_group(rows, active, inter, [&](int t) { return hl + (size_t)tp[min(t, nt - 1)] * 3 * inter; },
-                    limb_stages_smem(), limb_smem, acc);
+                    limb_stages_smem(), limb_smem, sums);
         if (!active) continue;
         #pragma unroll
         for (int t = 0; t < 2; t++)
@@ -422,7 +471,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_down_bf16_g
                 for (int u = 0; u < 4; u++) {
                     const int c = 8 * j + 2 * q + (u & 1), r = j0 + 16 * t + g + 8 * (u >> 1);
                     if (c < nt && r < d)
-                        out[(size_t)tp[c] * d + r] = limb_sum(acc[t][j][0][u], acc[t][j][1][u], acc[t][j][2][u]);
+                        out[(size_t)tp[c] * d + r] = sums[t][j][u];
                 }
     }
 }

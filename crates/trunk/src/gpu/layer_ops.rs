@@ -6,8 +6,8 @@ use anyhow::{Context, Result};
 use super::device::Gpu;
 use super::forward::{Dsv4Gpu, ExpertSums, Fault, MoeArm, Pass};
 use super::products::{
-    expert_mma_smem, group_smem, limb_arm, limb_smem_groups, limb_smem_one, row_smem, DECODE_WARPS, GROUP_BLOCK,
-    GROUP_TOKENS, LIMB_TOKENS, LIMB_WARPS, MMA_BLOCK, MMA_PAIRS,
+    expert_mma_smem, group_smem, limb_arm, limb_parts, limb_smem_groups, limb_smem_one, row_smem, DECODE_WARPS,
+    GROUP_BLOCK, GROUP_TOKENS, LIMB_TOKENS, LIMB_WARPS, MMA_BLOCK, MMA_PAIRS,
 };
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::DevLayer;
@@ -486,10 +486,13 @@ impl Dsv4Gpu {
         // the one-token kernels (each pair's rows on its own): names, grids,
         // block and staged rows
         let ([gate_up_one, down_one], gu_x, down_x, block, gu_smem, down_smem) = if limbs {
-            let x = |rows: usize, per_warp: usize| rows.div_ceil(per_warp * LIMB_WARPS) as u32;
+            // a block's warps: LIMB_WARPS / parts tiles, one K part each
+            let x = |rows: usize, per_tile: usize, cols: usize| {
+                rows.div_ceil(per_tile * (LIMB_WARPS / limb_parts(cols))) as u32
+            };
             let block = (LIMB_WARPS * 32) as u32;
             let (gu, down) = (limb_smem_one(d) as u32, limb_smem_one(inter) as u32);
-            (["expert_gate_up_bf16", "expert_down_bf16"], x(inter, 8), x(d, 16), block, gu, down)
+            (["expert_gate_up_bf16", "expert_down_bf16"], x(inter, 8, d), x(d, 16, inter), block, gu, down)
         } else {
             let smem = |fmt: i32, cols: usize| {
                 row_smem(fmt, cols)

@@ -197,9 +197,18 @@ const LIMB_TABLES: usize = 256 * 16;
 const LIMB_SMEM_MAX: usize = 48 << 10;
 
 /// Shared bytes of `expert_gate_up_bf16` / `expert_down_bf16` for one
-/// token's input of `cols` values: the tables and its three limb rows.
+/// token's input of `cols` values: the tables, its three limb rows and the
+/// warps' part sums (16 f32 each).
 pub fn limb_smem_one(cols: usize) -> usize {
-    LIMB_TABLES + 3 * (cols + LIMB_PAD) * 2
+    LIMB_TABLES + 3 * (cols + LIMB_PAD) * 2 + LIMB_WARPS * 16 * 4
+}
+
+/// The K parts of rows of `cols` values (kernels/moe_tensor.cu
+/// `limb_parts`): 4, 2 or 1, whichever first divides its K blocks. A decode
+/// block's warps take `LIMB_WARPS / parts` tiles, one part each.
+pub fn limb_parts(cols: usize) -> usize {
+    let blocks = cols / LIMB_K;
+    [4, 2, 1].into_iter().find(|p| blocks.is_multiple_of(*p)).unwrap_or(1)
 }
 
 /// Shared bytes of the tensor expert group kernels: the tables and
@@ -581,14 +590,21 @@ mod tests {
         ] {
             assert!(src.contains(&format!("#define {name} {v} ")), "{name} {v}");
         }
-        for k in ["expert_gate_up_bf16", "expert_down_bf16", "expert_gate_up_bf16_groups", "expert_down_bf16_groups"] {
-            assert!(src.contains(&format!("__launch_bounds__(32 * LIMB_WARPS) {k}(")), "{k}");
+        for (k, bounds) in [
+            ("expert_gate_up_bf16", "32 * LIMB_WARPS, LIMB_DECODE_BLOCKS"),
+            ("expert_down_bf16", "32 * LIMB_WARPS, LIMB_DECODE_BLOCKS"),
+            ("expert_gate_up_bf16_groups", "32 * LIMB_WARPS"),
+            ("expert_down_bf16_groups", "32 * LIMB_WARPS"),
+        ] {
+            assert!(src.contains(&format!("__launch_bounds__({bounds}) {k}(")), "{k}");
             assert!(nvrtc::KERNELS.contains(&k), "{k} is not loaded");
         }
         // DeepSeek-V4-Flash widths take the arm; FP8 experts, ragged widths
         // and rows whose limbs would not fit do not
         assert!(limb_arm(3, 3, 4096, 2048));
-        assert_eq!(limb_smem_one(4096), 4096 + 3 * 4112 * 2);
+        assert_eq!(limb_smem_one(4096), 4096 + 3 * 4112 * 2 + 256);
+        assert!(src.contains("return nb % 4 == 0 ? 4 : nb % 2 == 0 ? 2 : 1;"));
+        assert_eq!([4096, 2048, 1024, 256, 384].map(limb_parts), [4, 4, 4, 2, 1]);
         assert_eq!(limb_smem_groups(), 4096 + 3 * 48 * 144 * 2);
         assert!(!limb_arm(2, 3, 4096, 2048));
         assert!(!limb_arm(3, 2, 4096, 2048));
