@@ -30,11 +30,12 @@ impl TeacherForced for GpuRealization<'_> {
     }
     fn describe(&self) -> String {
         format!(
-            "gpu/{} devices {:?} experts {:?} moe {:?}{}",
+            "gpu/{} devices {:?} experts {:?} moe {:?} sums {:?}{}",
             self.gpu.opts.variant,
             self.gpu.devices(),
             self.gpu.weights.expert_arm,
             self.gpu.opts.moe,
+            self.gpu.opts.expert_sums,
             self.gpu.opts.fault.map(|f| format!(" FAULT {f:?}")).unwrap_or_default()
         )
     }

@@ -186,8 +186,9 @@ pub fn gate(argv: &[String]) -> Result<()> {
                 write_json(&o, &rep)?;
             }
             println!(
-                "chunk gate [{variant} devices {:?}] {}: {} tokens, widths {:?} + decode bit-identical {}, monolithic identical {} (max rel {:.2e}, {} disagreements, {} out of band), MoE arms identical {}, greedy steps identical {} -> {}",
+                "chunk gate [{variant} devices {:?} sums {:?}] {}: {} tokens, widths {:?} + decode bit-identical {}, monolithic identical {} (max rel {:.2e}, {} disagreements, {} out of band), MoE arms identical {}, greedy steps identical {} -> {}",
                 gpu.devices(),
+                gpu.opts.expert_sums,
                 model.label,
                 rep.tokens,
                 widths,
