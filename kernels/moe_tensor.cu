@@ -1,5 +1,5 @@
 // moe_tensor.cu — the routed experts' products on the BF16 tensor cores
-//   (the `tensor` expert sums, gpu/forward.rs `ExpertSums::Tensor`; CPU twin:
+//   (the `tensor` expert sums, gpu/forward.rs `ProductSums::Tensor`; CPU twin:
 //   cpu/ops/moe.rs, whose exact sums these approximate inside the band,
 //   gates/src/band.rs `Realization::GpuTensorExperts`)
 //
@@ -121,65 +121,149 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], u32 a0, u32 a1, u32 a2, 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// One FP4 row as a thread of a tile reads it: chunk q of each K block.
-struct LimbRow {
-    const uint4* codes;
-    const u8* scales;
-};
-__device__ __forceinline__ LimbRow limb_row(const Mat& m, int r, int q) {
-    LimbRow lr;
-    lr.codes = (const uint4*)m.data + (size_t)r * (m.cols >> 5) + q;
-    lr.scales = (const u8*)m.scales + (size_t)r * (m.cols >> 5) + q;
-    return lr;
-}
-
-// A thread's codes and scale bytes of a K block for R rows.
-template <int R>
-struct LimbBlock {
-    uint4 c[R];
-    u32 e[R];
-};
-template <int R>
-__device__ __forceinline__ void load_limb_block(const LimbRow (&rows)[R], int b, LimbBlock<R>& blk) {
-    #pragma unroll
-    for (int r = 0; r < R; r++) {
-        blk.c[r] = __ldg(rows[r].codes + 4 * b);
-        blk.e[r] = __ldg(rows[r].scales + 4 * b);
-    }
-}
-
+// The weight rows of a tile, as its threads read them: thread q of a row
+// takes, of each K block, the row's columns 32 q .. 32 q + 31 (chunk q of
+// the block in limb_pos order), and gives them as BF16 pairs eight columns
+// (two K steps) at a time: p[0], p[1] step 2 w's columns 4 s .. 4 s + 1 and
+// 4 s + 2 .. 4 s + 3 (s = 2 w), p[2], p[3] step 2 w + 1's. A source holds
+// what it needs beside the rows (`Fp4Limbs`: the tables), its Row type a
+// thread's pointers into one row, Block<R> a thread's raw words of a K block
+// for R rows, Ready<R> what a block's conversion needs once.
 __device__ __forceinline__ u32 word_of(const uint4& c, int w) {
     return w == 0 ? c.x : w == 1 ? c.y : w == 2 ? c.z : c.w;
 }
+
+// FP4 rows (the routed experts): codes and E8M0 scale bytes, one scale a
+// thread's chunk; BF16 by the per-scale tables (`limb_tables`).
+struct Fp4Limbs {
+    static constexpr int AHEAD = 4;  // K blocks a decode tile loads ahead
+    const uint4* tables;
+    struct Row {
+        const uint4* codes;
+        const u8* scales;
+    };
+    template <int R>
+    struct Block {
+        uint4 c[R];
+        u32 e[R];
+    };
+    template <int R>
+    struct Ready {
+        uint4 t[R];
+    };
+    __device__ __forceinline__ static Row row(const Mat& m, int r, int q) {
+        Row lr;
+        lr.codes = (const uint4*)m.data + (size_t)r * (m.cols >> 5) + q;
+        lr.scales = (const u8*)m.scales + (size_t)r * (m.cols >> 5) + q;
+        return lr;
+    }
+    template <int R>
+    __device__ __forceinline__ void load(const Row (&rows)[R], int b, Block<R>& blk) const {
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            blk.c[r] = __ldg(rows[r].codes + 4 * b);
+            blk.e[r] = __ldg(rows[r].scales + 4 * b);
+        }
+    }
+    template <int R>
+    __device__ __forceinline__ void ready(const Block<R>& blk, Ready<R>& rd) const {
+        #pragma unroll
+        for (int r = 0; r < R; r++) rd.t[r] = tables[blk.e[r]];
+    }
+    template <int R>
+    __device__ __forceinline__ void bf16x8(const Block<R>& blk, const Ready<R>& rd, int r, int w, u32 (&p)[4]) const {
+        fp4_bf16x8(word_of(blk.c[r], w), rd.t[r], p);
+    }
+};
+
+// Four E4M3 codes (a word, the lowest byte first) times a power-of-two
+// scale s as two words of two BF16 (codes 0-1, 2-3): each code to f16 and
+// f32 exactly, times s exactly (gpu/weights.rs `codes_bf16_exactly`: the
+// product stays a normal f32 of at most four significant bits), then BF16
+// exactly.
+__device__ __forceinline__ float f16_bits_f32(u32 h) {
+    float f;
+    asm("{ .reg .b16 t; cvt.u16.u32 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "r"(h));
+    return f;
+}
+__device__ __forceinline__ void fp8_bf16x4(u32 c, float s, u32& p0, u32& p1) {
+    u32 h01, h23;
+    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %2; cvt.rn.f16x2.e4m3x2 %0, lo; cvt.rn.f16x2.e4m3x2 %1, hi; }"
+        : "=r"(h01), "=r"(h23)
+        : "r"(c));
+    p0 = bf16x2_rn(__fmul_rn(f16_bits_f32(h01 & 0xffff), s), __fmul_rn(f16_bits_f32(h01 >> 16), s));
+    p1 = bf16x2_rn(__fmul_rn(f16_bits_f32(h23 & 0xffff), s), __fmul_rn(f16_bits_f32(h23 >> 16), s));
+}
+
+// FP8 rows (the attention's projections): E4M3 codes and one f32 scale a
+// block of 128 rows and 128 columns, a power of two.
+struct Fp8Limbs {
+    static constexpr int AHEAD = 2;  // as many bytes ahead as Fp4Limbs' 4
+    struct Row {
+        const uint4* codes;   // the row's chunk 2 q
+        const float* scales;  // its 128-row block's scales
+    };
+    template <int R>
+    struct Block {
+        uint4 c[R][2];
+        float s[R];
+    };
+    template <int R>
+    struct Ready {};
+    __device__ __forceinline__ static Row row(const Mat& m, int r, int q) {
+        Row lr;
+        lr.codes = (const uint4*)m.data + (size_t)r * (m.cols >> 4) + 2 * q;
+        lr.scales = (const float*)m.scales + (size_t)(r >> 7) * ((m.cols + 127) >> 7);
+        return lr;
+    }
+    template <int R>
+    __device__ __forceinline__ void load(const Row (&rows)[R], int b, Block<R>& blk) const {
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            blk.c[r][0] = __ldg(rows[r].codes + 8 * b);
+            blk.c[r][1] = __ldg(rows[r].codes + 8 * b + 1);
+            blk.s[r] = __ldg(rows[r].scales + b);
+        }
+    }
+    template <int R>
+    __device__ __forceinline__ void ready(const Block<R>&, Ready<R>&) const {}
+    template <int R>
+    __device__ __forceinline__ void bf16x8(const Block<R>& blk, const Ready<R>&, int r, int w, u32 (&p)[4]) const {
+        const uint4& c = blk.c[r][w >> 1];
+        fp8_bf16x4((w & 1) ? c.z : c.x, blk.s[r], p[0], p[1]);
+        fp8_bf16x4((w & 1) ? c.w : c.y, blk.s[r], p[2], p[3]);
+    }
+};
 
 // Decode: a warp's tile of 16 rows (rows[0] its row g, rows[1] row g + 8)
 // against one token's limbs staged at xs (rows of K + LIMB_PAD bf16, limb L
 // on column L), accumulated into d (d[0], d[1]: row g's hi and mid on the
 // lanes with q = 0, lo on q = 1's d[0]; d[2], d[3] row g + 8's).
-#define LIMB_AHEAD 4
 #define LIMB_DECODE_BLOCKS 5  // decode blocks an SM: at most 102 registers
-__device__ __forceinline__ void tile_one_token(const LimbRow (&rows)[2], int K, int b_first, int nb, const u16* xs,
-                                               const uint4* tables, float (&d)[4]) {
+template <class W>
+__device__ __forceinline__ void tile_one_token(const W& src, const typename W::Row (&rows)[2], int K, int b_first,
+                                               int nb, const u16* xs, float (&d)[4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const bool col = g < 3;
     const u16* xr = xs + (size_t)(col ? g : 0) * (K + LIMB_PAD) + 4 * q + LIMB_K * b_first;
-    LimbBlock<2> ring[LIMB_AHEAD];
+    typename W::template Block<2> ring[W::AHEAD];
     #pragma unroll
-    for (int j = 0; j < LIMB_AHEAD; j++)
-        if (j < nb) load_limb_block<2>(rows, b_first + j, ring[j]);
-    for (int b0 = 0; b0 < nb; b0 += LIMB_AHEAD) {
+    for (int j = 0; j < W::AHEAD; j++)
+        if (j < nb) src.load(rows, b_first + j, ring[j]);
+    for (int b0 = 0; b0 < nb; b0 += W::AHEAD) {
         #pragma unroll
-        for (int j = 0; j < LIMB_AHEAD; j++) {
+        for (int j = 0; j < W::AHEAD; j++) {
             const int b = b0 + j;
             if (b < nb) {
-                const LimbBlock<2> blk = ring[j];
-                if (b + LIMB_AHEAD < nb) load_limb_block<2>(rows, b_first + b + LIMB_AHEAD, ring[j]);
-                const uint4 t0 = tables[blk.e[0]], t1 = tables[blk.e[1]];
+                const typename W::template Block<2> blk = ring[j];
+                if (b + W::AHEAD < nb) src.load(rows, b_first + b + W::AHEAD, ring[j]);
+                typename W::template Ready<2> rd;
+                src.ready(blk, rd);
                 #pragma unroll
                 for (int w = 0; w < 4; w++) {
                     u32 p0[4], p1[4];
-                    fp4_bf16x8(word_of(blk.c[0], w), t0, p0);
-                    fp4_bf16x8(word_of(blk.c[1], w), t1, p1);
+                    src.bf16x8(blk, rd, 0, w, p0);
+                    src.bf16x8(blk, rd, 1, w, p1);
                     #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         uint2 x = make_uint2(0, 0);
@@ -207,12 +291,13 @@ __device__ __forceinline__ int limb_parts(int K) {
 // block's part sums (`limb_part_sums`), on the lanes with q = 0, then the
 // tile's sums over the parts in order, on the lanes with q = 0 of its
 // first part's warp (returns whether this lane holds them).
-__device__ __forceinline__ bool tile_parts(const LimbRow (&rows)[2], bool active, int K, const u16* xs,
-                                           const uint4* tables, float* part_sums, float (&v)[2]) {
+template <class W>
+__device__ __forceinline__ bool tile_parts(const W& src, const typename W::Row (&rows)[2], bool active, int K,
+                                           const u16* xs, float* part_sums, float (&v)[2]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int parts = limb_parts(K), nb = K / LIMB_K / parts, part = warp % parts;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (active) tile_one_token(rows, K, part * nb, nb, xs, tables, acc);
+    if (active) tile_one_token(src, rows, K, part * nb, nb, xs, acc);
     const float lo_a = __shfl_down_sync(0xffffffffu, acc[0], 1), lo_b = __shfl_down_sync(0xffffffffu, acc[2], 1);
     if (q == 0) {
         part_sums[warp * 16 + g] = limb_sum(acc[0], acc[1], lo_a);
@@ -253,9 +338,9 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS
     const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, parts = limb_parts(d);
     const int i0 = 8 * (blockIdx.x * (LIMB_WARPS / parts) + (threadIdx.x >> 5) / parts);
     const int i = min(i0 + g, inter - 1);
-    const LimbRow rows[2] = {limb_row(w1s[e], i, q), limb_row(w3s[e], i, q)};
+    const Fp4Limbs::Row rows[2] = {Fp4Limbs::row(w1s[e], i, q), Fp4Limbs::row(w3s[e], i, q)};
     float v[2];
-    if (tile_parts(rows, i0 < inter, d, xs, limb_smem, limb_part_sums(d), v) && i0 + g < inter)
+    if (tile_parts(Fp4Limbs{limb_smem}, rows, i0 < inter, d, xs, limb_part_sums(d), v) && i0 + g < inter)
         h[(size_t)pair * inter + i0 + g] = swiglu(v[0], v[1], lim, wts[pair]);
 }
 
@@ -274,20 +359,22 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS
     __syncthreads();
     const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, parts = limb_parts(inter);
     const int j0 = 16 * (blockIdx.x * (LIMB_WARPS / parts) + (threadIdx.x >> 5) / parts);
-    const LimbRow rows[2] = {limb_row(w2, min(j0 + g, d - 1), q), limb_row(w2, min(j0 + g + 8, d - 1), q)};
+    const Fp4Limbs::Row rows[2] = {Fp4Limbs::row(w2, min(j0 + g, d - 1), q),
+                                   Fp4Limbs::row(w2, min(j0 + g + 8, d - 1), q)};
     float v[2];
-    if (tile_parts(rows, j0 < d, inter, xs, limb_smem, limb_part_sums(inter), v)) {
+    if (tile_parts(Fp4Limbs{limb_smem}, rows, j0 < d, inter, xs, limb_part_sums(inter), v)) {
         if (j0 + g < d) out[(size_t)pair * d + j0 + g] = v[0];
         if (j0 + g + 8 < d) out[(size_t)pair * d + j0 + g + 8] = v[1];
     }
 }
 
-// Rows of f32 as limb rows: row r of x (K values) to out + 3 K r (limbs hi,
-// mid, lo, each K bf16 in limb_pos order). grid (rows), block 256.
-extern "C" __global__ void limb_rows(const float* __restrict__ x, int K, u16* __restrict__ out) {
+// Rows of f32 as limb rows: the first K values of row r of x (x_stride
+// apart) to out + 3 K r (limbs hi, mid, lo, each K bf16 in limb_pos order).
+// grid (rows), block 256.
+extern "C" __global__ void limb_rows(const float* __restrict__ x, int K, int x_stride, u16* __restrict__ out) {
     await_inputs();
     const size_t r = blockIdx.x;
-    stage_limb_row(x + r * K, K, out + 3 * r * K, K, threadIdx.x, blockDim.x);
+    stage_limb_row(x + r * x_stride, K, out + 3 * r * K, K, threadIdx.x, blockDim.x);
 }
 
 // Prefill: a group of up to LIMB_TOKENS pairs of one expert against a warp's
@@ -300,20 +387,21 @@ extern "C" __global__ void limb_rows(const float* __restrict__ x, int K, u16* __
 #define LIMB_STAGE_ROWS (3 * LIMB_TOKENS)
 #define LIMB_STAGE_ELEMS (LIMB_STAGE_ROWS * (LIMB_K + LIMB_PAD))
 template <class Src>
-__device__ __forceinline__ void stage_limb_block(Src src, int K, int b, u16* stage) {
+__device__ __forceinline__ void stage_limb_block(Src src, int lstride, int b, u16* stage) {
     // 16 copies of 16 bytes a row
     for (int c = threadIdx.x; c < LIMB_STAGE_ROWS * 16; c += blockDim.x) {
         const int row = c >> 4, L = row / LIMB_TOKENS, t = row % LIMB_TOKENS;
         copy_async16((float*)(stage + row * (LIMB_K + LIMB_PAD) + 8 * (c & 15)),
-                     (const float*)(src(t) + (size_t)L * K + LIMB_K * b + 8 * (c & 15)));
+                     (const float*)(src(t) + (size_t)L * lstride + LIMB_K * b + 8 * (c & 15)));
     }
 }
 
 // out[t][j][u]: the sums over the K parts (limb_parts), in part order,
-// of tile t's rows g (u < 2) and g + 8 (u >= 2) for tokens 8 j + 2 q + (u & 1).
-template <class Src>
-__device__ __forceinline__ void tiles_group(const LimbRow (&rows)[4], bool active, int K, Src src, u16* stages,
-                                            const uint4* tables, float (&out)[2][2][4]) {
+// of tile t's rows g (u < 2) and g + 8 (u >= 2) for tokens 8 j + 2 q + (u & 1);
+// lstride: the bf16 from one limb row of a token to its next.
+template <class W, class Src>
+__device__ __forceinline__ void tiles_group(const W& wsrc, const typename W::Row (&rows)[4], bool active, int K,
+                                            Src src, int lstride, u16* stages, float (&out)[2][2][4]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int nb = K / LIMB_K, part_blocks = nb / limb_parts(K);
     float acc[2][2][3][4];
@@ -330,29 +418,28 @@ __device__ __forceinline__ void tiles_group(const LimbRow (&rows)[4], bool activ
         }
     #pragma unroll
     for (int s = 0; s < LIMB_STAGES - 1; s++) {
-        if (s < nb) stage_limb_block(src, K, s, stages + s * LIMB_STAGE_ELEMS);
+        if (s < nb) stage_limb_block(src, lstride, s, stages + s * LIMB_STAGE_ELEMS);
         copy_async_commit();
     }
-    LimbBlock<4> next;
-    if (active) load_limb_block<4>(rows, 0, next);
+    typename W::template Block<4> next;
+    if (active) wsrc.load(rows, 0, next);
     for (int b = 0; b < nb; b++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(LIMB_STAGES - 2) : "memory");
         __syncthreads();
         if (b + LIMB_STAGES - 1 < nb)
-            stage_limb_block(src, K, b + LIMB_STAGES - 1, stages + ((b + LIMB_STAGES - 1) % LIMB_STAGES) * LIMB_STAGE_ELEMS);
+            stage_limb_block(src, lstride, b + LIMB_STAGES - 1, stages + ((b + LIMB_STAGES - 1) % LIMB_STAGES) * LIMB_STAGE_ELEMS);
         copy_async_commit();
-        const LimbBlock<4> blk = next;
+        const typename W::template Block<4> blk = next;
         if (!active) continue;
-        if (b + 1 < nb) load_limb_block<4>(rows, b + 1, next);
+        if (b + 1 < nb) wsrc.load(rows, b + 1, next);
         const u16* st = stages + (b % LIMB_STAGES) * LIMB_STAGE_ELEMS + g * (LIMB_K + LIMB_PAD) + 4 * q;
-        uint4 tb[4];
-        #pragma unroll
-        for (int r = 0; r < 4; r++) tb[r] = tables[blk.e[r]];
+        typename W::template Ready<4> rd;
+        wsrc.ready(blk, rd);
         #pragma unroll
         for (int w = 0; w < 4; w++) {
             u32 p[4][4];
             #pragma unroll
-            for (int r = 0; r < 4; r++) fp4_bf16x8(word_of(blk.c[r], w), tb[r], p[r]);
+            for (int r = 0; r < 4; r++) wsrc.bf16x8(blk, rd, r, w, p[r]);
             #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int s = 2 * w + hh;
@@ -410,16 +497,16 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_gate_up_bf1
         if (nt == 0) return;
         const int* tp = pairs + groups[2 * y];
         const int e = idx[tp[0]];
-        LimbRow rows[4];
+        Fp4Limbs::Row rows[4];
         #pragma unroll
         for (int t = 0; t < 2; t++) {
             const int i = min(i0 + 8 * t + g, inter - 1);
-            rows[2 * t] = limb_row(w1s[e], i, q);
-            rows[2 * t + 1] = limb_row(w3s[e], i, q);
+            rows[2 * t] = Fp4Limbs::row(w1s[e], i, q);
+            rows[2 * t + 1] = Fp4Limbs::row(w3s[e], i, q);
         }
         float sums[2][2][4];
-        tiles_group(rows, active, d, [&](int t) { return xl + (size_t)(tp[min(t, nt - 1)] / k) * 3 * d; },
-                    limb_stages_smem(), limb_smem, sums);
+        tiles_group(Fp4Limbs{limb_smem}, rows, active, d,
+                    [&](int t) { return xl + (size_t)(tp[min(t, nt - 1)] / k) * 3 * d; }, d, limb_stages_smem(), sums);
         if (!active) continue;
         #pragma unroll
         for (int t = 0; t < 2; t++) {
@@ -456,12 +543,13 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_down_bf16_g
         if (nt == 0) return;
         const int* tp = pairs + groups[2 * y];
         const Mat w2 = w2s[idx[tp[0]]];
-        LimbRow rows[4];
+        Fp4Limbs::Row rows[4];
         #pragma unroll
-        for (int r = 0; r < 4; r++) rows[r] = limb_row(w2, min(j0 + 16 * (r >> 1) + 8 * (r & 1) + g, d - 1), q);
+        for (int r = 0; r < 4; r++) rows[r] = Fp4Limbs::row(w2, min(j0 + 16 * (r >> 1) + 8 * (r & 1) + g, d - 1), q);
         float sums[2][2][4];
-        tiles_group(rows, active, inter, [&](int t) { return hl + (size_t)tp[min(t, nt - 1)] * 3 * inter; },
-                    limb_stages_smem(), limb_smem, sums);
+        tiles_group(Fp4Limbs{limb_smem}, rows, active, inter,
+                    [&](int t) { return hl + (size_t)tp[min(t, nt - 1)] * 3 * inter; }, inter, limb_stages_smem(),
+                    sums);
         if (!active) continue;
         #pragma unroll
         for (int t = 0; t < 2; t++)

@@ -29,17 +29,19 @@
 //! `sqrt(K)`-scale f32 accumulation error, which `A = 4` keeps for any
 //! realization that rounds more often than its twin.
 //!
-//! The GPU's `tensor` expert sums (trunk `ExpertSums::Tensor`,
-//! kernels/moe_tensor.cu) round more: a routed expert's row sum is a chain
-//! of `S = K / 16` f32 accumulations on the BF16 tensor cores (its products
-//! exact: three BF16 limbs of each activation, exact BF16 weights). The
-//! tensor cores' f32 accumulation is not assumed to round to nearest, so
-//! the chain's errors are taken as one-sided, adding linearly: about
-//! `S / 2` units of a partial's size, and a partial of an RMS-scaled dot
-//! product is at most the sum's size, so `u S / 2` relative. With the two
-//! expert products of each of `L_t` such layers in quadrature with the
-//! other stages:
-//!   C = u * sqrt(16 L + L_t (S_gu^2 + S_down^2) / 4) * A.
+//! The GPU's `tensor` sums (trunk `ProductSums::Tensor`,
+//! kernels/moe_tensor.cu and linear_tensor.cu) round more: a row sum of a
+//! product on them is a chain of `S = K / 16` f32 accumulations on the
+//! BF16 tensor cores (its products exact: three BF16 limbs of each
+//! activation, exact BF16 weights). The tensor cores' f32 accumulation is
+//! not assumed to round to nearest, so the chain's errors are taken as
+//! one-sided, adding linearly: about `S / 2` units of a partial's size, and
+//! a partial of an RMS-scaled dot product is at most the sum's size, so
+//! `u S / 2` relative. (The kernels cut K into up to four parts, each a
+//! chain of its own: the bound holds for the whole K.) With each such
+//! product `i` a token's logits pass through in quadrature with the other
+//! stages:
+//!   C = u * sqrt(16 L + sum_i S_i^2 / 4) * A.
 //! Calibration: docs/gates.md.
 
 use trunk::cpu::Variant;
@@ -54,13 +56,18 @@ pub const A: f64 = 4.0;
 pub enum Realization {
     Cpu,
     Gpu,
-    /// The GPU with the routed experts of `layers` layers on the `tensor`
-    /// sums, whose gate/up rows are `gate_up_k` long and down rows `down_k`.
-    GpuTensorExperts {
-        layers: usize,
-        gate_up_k: usize,
-        down_k: usize,
+    /// The GPU with some products on the `tensor` sums: the sum over those
+    /// products (every layer's) of the squares of their chains' steps,
+    /// `(K / 16)^2` a product of rows of K values ([`tensor_steps`]).
+    GpuTensor {
+        squared_steps: u64,
     },
+}
+
+/// [`Realization::GpuTensor`]'s `squared_steps` for products whose rows
+/// are `widths` values long.
+pub fn tensor_steps(widths: &[usize]) -> u64 {
+    widths.iter().map(|&k| ((k / 16) as u64).pow(2)).sum()
 }
 
 /// The relative drift coefficient `C` of a realization of a model with
@@ -72,10 +79,7 @@ pub fn drift_coeff(r: Realization, variant: Variant, layers: usize) -> f64 {
     let stages = (16 * layers) as f64;
     let chains = match r {
         Realization::Cpu | Realization::Gpu => 0.0,
-        Realization::GpuTensorExperts { layers: lt, gate_up_k, down_k } => {
-            let (s_gu, s_down) = ((gate_up_k / 16) as f64, (down_k / 16) as f64);
-            lt as f64 * (s_gu * s_gu + s_down * s_down) / 4.0
-        }
+        Realization::GpuTensor { squared_steps } => squared_steps as f64 / 4.0,
     };
     U_F32 * (stages + chains).sqrt() * A
 }
@@ -96,11 +100,11 @@ mod tests {
         assert!(drift_coeff(Realization::Cpu, Variant::Fp8, 43) > c8, "deeper models drift more");
         assert_eq!(band(0.0, 0.0, 5.0), 0.0);
         assert!((band(1e-6, 1e-6, 10.0) - 3.0 * 2f64.sqrt() * 2e-5).abs() < 1e-15);
-        // the tensor expert sums: no such layer is the exact GPU; each adds
-        // its chains (flash widths: 256 and 128 steps)
-        let none = Realization::GpuTensorExperts { layers: 0, gate_up_k: 4096, down_k: 2048 };
+        // the tensor sums: no such product is the exact GPU; each adds its
+        // chains (the flash experts' widths: 256 and 128 steps)
+        let none = Realization::GpuTensor { squared_steps: tensor_steps(&[]) };
         assert_eq!(drift_coeff(none, Variant::Exact, 8), c8);
-        let four = Realization::GpuTensorExperts { layers: 4, gate_up_k: 4096, down_k: 2048 };
+        let four = Realization::GpuTensor { squared_steps: tensor_steps(&[4096, 2048].repeat(4)) };
         let c4 = drift_coeff(four, Variant::Exact, 4);
         assert!((c4 - U_F32 * (64.0 + 4.0 * (256.0f64 * 256.0 + 128.0 * 128.0) / 4.0).sqrt() * A).abs() < 1e-18);
         assert!(c4 > 30.0 * drift_coeff(Realization::Gpu, Variant::Exact, 4));

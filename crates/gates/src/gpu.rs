@@ -35,7 +35,7 @@ impl TeacherForced for GpuRealization<'_> {
             self.gpu.devices(),
             self.gpu.weights.expert_arm,
             self.gpu.opts.moe,
-            self.gpu.opts.expert_sums,
+            self.gpu.opts.sums,
             self.gpu.opts.fault.map(|f| format!(" FAULT {f:?}")).unwrap_or_default()
         )
     }

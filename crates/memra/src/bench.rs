@@ -6,14 +6,14 @@ use anyhow::{bail, Context, Result};
 
 use crate::args::Args;
 use trunk::cpu::Variant;
-use trunk::gpu::{Dsv4Gpu, ExpertSums, GpuOptions};
+use trunk::gpu::{Dsv4Gpu, GpuOptions, ProductSums};
 use trunk::model::open_model;
 use trunk::weights::ExpertArm;
 
 const BENCH_HELP: &str = "memra bench park <model> [--capacity N] [--reps R] [--devices D]
 memra bench roofline [--model DIR|synth:ADDR | --layers N] [--seed S] [--contexts 1024,8192,32768]
                      [--steps N] [--prefill N] [--prefill-reps R] [--variant exact|fp8] [--devices D]
-                     [--expert-sums exact|tensor] [--out FILE]
+                     [--sums exact|tensor] [--out FILE]
 
 park: fill a decode state of N positions (default 32768), time snapshots to
 page-locked host memory and restores, against a plain pinned copy of the
@@ -27,7 +27,7 @@ decode at each context (median of --steps, device events), prefill of
 step, fractions of the ceilings (with a layer split: the stages' bytes at
 their own devices' copy rates), memory per device, per-op breakdown (the
 `boundary` line is the activations' device-to-device crossing).
---expert-sums tensor puts the routed experts' products on the BF16 tensor
+--sums tensor puts the routed experts' products on the BF16 tensor
 cores (inside the band of the CPU oracle, not bit for bit; docs/perf.md).
 ";
 
@@ -47,7 +47,7 @@ pub fn bench(argv: &[String]) -> Result<()> {
             "prefill",
             "prefill-reps",
             "variant",
-            "expert-sums",
+            "sums",
         ],
         &[],
     )?;
@@ -114,7 +114,7 @@ fn roofline(a: &Args) -> Result<()> {
     let gpu = Dsv4Gpu::load(
         weights,
         &crate::gate::parse_devices(a.get("devices"))?,
-        GpuOptions { variant, expert_sums: a.parsed_or("expert-sums", ExpertSums::Exact)?, ..Default::default() },
+        GpuOptions { variant, sums: a.parsed_or("sums", ProductSums::Exact)?, ..Default::default() },
     )?;
     eprintln!("uploaded to devices {:?} in {:.1} s", gpu.devices(), t.elapsed().as_secs_f64());
     let vram = gpu.vram_report()?;

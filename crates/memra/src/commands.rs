@@ -51,7 +51,7 @@ fn load(a: &Args) -> Result<(LoadedModel, CpuOracle)> {
 
 const GENERATE_HELP: &str = "memra generate [--model DIR|FILE.gguf] [--prompt TEXT | --tokens FILE] [--max-tokens N]
                 [--json] [--variant exact|fp8] [--experts native|bf16] [--backend cpu|gpu] [--devices 0,1]
-                [--moe fused|per-expert] [--expert-sums exact|tensor] [--drafter LIB.so [--drafter-options JSON|@FILE|@baseline]
+                [--moe fused|per-expert] [--sums exact|tensor] [--drafter LIB.so [--drafter-options JSON|@FILE|@baseline]
                  [--ceiling N] [--schedule confidence|fixed] [--baseline]]
 
 Greedy decoding. Without --model it runs the embedded tiny synthetic model
@@ -89,7 +89,7 @@ pub fn generate(argv: &[String]) -> Result<()> {
             "backend",
             "devices",
             "moe",
-            "expert-sums",
+            "sums",
             "drafter",
             "drafter-options",
             "ceiling",
@@ -421,18 +421,15 @@ pub fn bank(argv: &[String]) -> Result<()> {
 }
 
 const LOGITS_HELP: &str = "memra logits [--model DIR] --tokens FILE --out FILE [--variant exact|fp8]
-             [--experts native|bf16] [--backend cpu|gpu] [--devices 0,1] [--expert-sums exact|tensor]
+             [--experts native|bf16] [--backend cpu|gpu] [--devices 0,1] [--sums exact|tensor]
 
 Teacher-forced logits of every position: little-endian f32 [n, vocab] in
 FILE, and FILE.json with shape, variant, backend and the weights' sha256.
 ";
 
 pub fn logits(argv: &[String]) -> Result<()> {
-    let a = Args::parse(
-        argv,
-        &["model", "tokens", "out", "variant", "experts", "backend", "devices", "moe", "expert-sums"],
-        &[],
-    )?;
+    let a =
+        Args::parse(argv, &["model", "tokens", "out", "variant", "experts", "backend", "devices", "moe", "sums"], &[])?;
     if a.help {
         print!("{LOGITS_HELP}");
         return Ok(());

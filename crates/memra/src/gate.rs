@@ -5,19 +5,19 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::args::Args;
-use gates::band::{drift_coeff, Realization};
+use gates::band::{drift_coeff, tensor_steps, Realization};
 use gates::chunks::check_chunks;
 use gates::gpu::{compare, GpuRealization};
 use gates::tf::tf_gate;
 use trunk::bank::Bank;
 use trunk::cpu::{CpuOracle, Variant};
 use trunk::generate::{random_prompt, read_tokens_file};
-use trunk::gpu::{Dsv4Gpu, ExpertSums, Fault, GpuOptions, MoeArm};
+use trunk::gpu::{Dsv4Gpu, Fault, GpuOptions, MoeArm, ProductSums};
 use trunk::model::{open_model, LoadedModel};
 use trunk::weights::ExpertArm;
 
 const GATE_HELP: &str = "memra gate tf <model> <bank.json> <out-dir> [--devices 0,1] [--experts native|bf16]
-                [--moe fused|per-expert] [--expert-sums exact|tensor] [--prefill-chunk N] [--inject-fault drop-shared:L|shift-rope:L|stale-step]
+                [--moe fused|per-expert] [--sums exact|tensor] [--prefill-chunk N] [--inject-fault drop-shared:L|shift-rope:L|stale-step]
 memra gate chunks <model> [--tokens FILE | --prompt-len N] [--widths 1,7,32,64] [--devices D]
                 [--variant exact|fp8] [--experts A] [--out FILE]
 memra gate compare <model> [--tokens FILE | --prompt-len N] [--devices D] [--variant V] [--experts A]
@@ -71,7 +71,7 @@ pub(crate) fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Resul
         variant,
         moe: a.parsed_or("moe", MoeArm::Fused)?,
         fault: a.parsed::<Fault>("inject-fault")?,
-        expert_sums: a.parsed_or("expert-sums", ExpertSums::Exact)?,
+        sums: a.parsed_or("sums", ProductSums::Exact)?,
     };
     Dsv4Gpu::load(model.weights.clone(), &parse_devices(a.get("devices"))?, opts)
 }
@@ -79,9 +79,9 @@ pub(crate) fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Resul
 /// `C_gpu + C_cpu` for `gpu` (its expert sums) on `model`.
 fn c_sum(gpu: &Dsv4Gpu, model: &LoadedModel, variant: Variant) -> f64 {
     let c = model.config();
-    let r = match gpu.tensor_expert_layers() {
-        0 => Realization::Gpu,
-        layers => Realization::GpuTensorExperts { layers, gate_up_k: c.hidden_size, down_k: c.moe_intermediate_size },
+    let r = match gpu.tensor_widths() {
+        w if w.is_empty() => Realization::Gpu,
+        w => Realization::GpuTensor { squared_steps: tensor_steps(&w) },
     };
     drift_coeff(r, variant, c.num_hidden_layers) + drift_coeff(Realization::Cpu, variant, c.num_hidden_layers)
 }
@@ -98,7 +98,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
             "variant",
             "experts",
             "moe",
-            "expert-sums",
+            "sums",
             "prefill-chunk",
             "inject-fault",
             "tokens",
@@ -188,7 +188,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
             println!(
                 "chunk gate [{variant} devices {:?} sums {:?}] {}: {} tokens, widths {:?} + decode bit-identical {}, monolithic identical {} (max rel {:.2e}, {} disagreements, {} out of band), MoE arms identical {}, greedy steps identical {} -> {}",
                 gpu.devices(),
-                gpu.opts.expert_sums,
+                gpu.opts.sums,
                 model.label,
                 rep.tokens,
                 widths,

@@ -53,30 +53,33 @@ impl std::str::FromStr for Fault {
     }
 }
 
-/// How the routed experts' products are summed on the GPU.
+/// How the GPU sums the products of the routed experts and of the
+/// attention's projections.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ExpertSums {
+pub enum ProductSums {
     /// Exact f64 products summed in the CPU oracle's order and rounded once
     /// (kernels/common.cuh): the GPU's logits are the CPU's bit for bit.
     #[default]
     Exact,
-    /// The BF16 tensor cores (kernels/moe_tensor.cu): each activation as
-    /// three BF16 limbs, each weight an exact BF16, products accumulated in
-    /// f32 one K step of 16 at a time. Chunked prefill and decode still give
-    /// identical bits; against the CPU oracle the logits move inside the
-    /// band (gates `Realization::GpuTensorExperts`). Layers whose routed
-    /// experts are not FP4, or whose widths are not multiples of 128, keep
-    /// the exact sums (gpu/products.rs `limb_arm`).
+    /// The BF16 tensor cores (kernels/moe_tensor.cu, linear_tensor.cu):
+    /// each activation as three BF16 limbs, each weight an exact BF16,
+    /// products accumulated in f32 one K step of 16 at a time. Chunked
+    /// prefill and decode still give identical bits; against the CPU oracle
+    /// the logits move inside the band (gates `Realization::GpuTensor`).
+    /// The routed experts where they are FP4 with widths multiples of 128
+    /// (gpu/products.rs `limb_arm`), and the attention's `wq_a`, `wkv`,
+    /// `wq_b`, `wo_a` and `wo_b` where they are FP8 whose weights are exact
+    /// BF16 (`dense_limbs`); every other product keeps the exact sums.
     Tensor,
 }
 
-impl std::str::FromStr for ExpertSums {
+impl std::str::FromStr for ProductSums {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Self> {
         match s {
-            "exact" => Ok(ExpertSums::Exact),
-            "tensor" => Ok(ExpertSums::Tensor),
-            _ => bail!("unknown expert sums `{s}` (exact or tensor)"),
+            "exact" => Ok(ProductSums::Exact),
+            "tensor" => Ok(ProductSums::Tensor),
+            _ => bail!("unknown product sums `{s}` (exact or tensor)"),
         }
     }
 }
@@ -86,7 +89,7 @@ pub struct GpuOptions {
     pub variant: Variant,
     pub moe: MoeArm,
     pub fault: Option<Fault>,
-    pub expert_sums: ExpertSums,
+    pub sums: ProductSums,
 }
 
 /// Residual streams a forward copies out after its layers (all, or `layers`).
@@ -289,16 +292,32 @@ impl Dsv4Gpu {
         self.stages.iter().map(|s| s.layers.clone()).collect()
     }
 
-    /// The layers whose routed experts take the `tensor` sums (none under
-    /// [`ExpertSums::Exact`]; gpu/products.rs `limb_arm`), for the band.
-    pub fn tensor_expert_layers(&self) -> usize {
-        if self.opts.expert_sums != ExpertSums::Tensor {
-            return 0;
+    /// The reduction widths (K) of the products on the `tensor` sums, every
+    /// layer's in turn (none under [`ProductSums::Exact`]): the routed
+    /// experts' gate/up and down where `limb_arm` takes the layer, and each
+    /// attention projection `dense_limbs` takes (gpu/products.rs), for the
+    /// band (gates `Realization::GpuTensor`).
+    pub fn tensor_widths(&self) -> Vec<usize> {
+        if self.opts.sums != ProductSums::Tensor {
+            return Vec::new();
         }
         let c = &self.config;
         let (d, inter) = (c.hidden_size, c.moe_intermediate_size);
-        let stages = self.stages.iter().flat_map(|s| &s.dev);
-        stages.filter(|dl| super::products::limb_arm(dl.expert_fmts.0, dl.expert_fmts.1, d, inter)).count()
+        let mut widths = Vec::new();
+        for dl in self.stages.iter().flat_map(|s| &s.dev) {
+            let gin = c.num_attention_heads * c.head_dim / c.o_groups;
+            let projections =
+                [(&dl.wq_a, 1, 0), (&dl.wkv, 1, 0), (&dl.wq_b, 1, 0), (&dl.wo_a, c.o_groups, gin), (&dl.wo_b, 1, 0)];
+            for (w, groups, x_group) in projections {
+                if super::products::dense_limbs(w.bf16_exact, w.arg.cols as usize, groups, x_group).is_some() {
+                    widths.push(w.arg.cols as usize);
+                }
+            }
+            if super::products::limb_arm(dl.expert_fmts.0, dl.expert_fmts.1, d, inter) {
+                widths.extend([d, inter]);
+            }
+        }
+        widths
     }
 
     pub fn devices(&self) -> Vec<usize> {
@@ -721,6 +740,64 @@ impl Dsv4Gpu {
         g.lin(w, x, y, n)
     }
 
+    /// An attention projection (`Gpu::linear_grouped`'s arguments): on the
+    /// `tensor` sums where they take `w` (gpu/products.rs `dense_limbs`;
+    /// the limb rows in `sc.limbs`), else the exact sums.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn proj_grouped(
+        &self,
+        g: &Gpu,
+        sc: &super::state::Scratch,
+        w: &DevMat,
+        x: u64,
+        x_stride: usize,
+        x_group: usize,
+        y: u64,
+        y_stride: usize,
+        n: usize,
+        groups: usize,
+        rows: usize,
+    ) -> Result<()> {
+        let tensor = self.opts.sums == ProductSums::Tensor;
+        if tensor && g.linear_limbs(w, x, x_stride, x_group, y, y_stride, n, groups, rows, &sc.limbs)? {
+            return Ok(());
+        }
+        g.linear_grouped(w, x, x_stride, x_group, y, y_stride, n, groups, rows)
+    }
+
+    /// `y = w x` as an attention projection ([`Dsv4Gpu::proj_grouped`]).
+    pub(super) fn proj(&self, g: &Gpu, sc: &super::state::Scratch, w: &DevMat, x: u64, y: u64, n: usize) -> Result<()> {
+        let (rows, cols) = (w.arg.rows as usize, w.arg.cols as usize);
+        self.proj_grouped(g, sc, w, x, cols, 0, y, rows, n, 1, rows)
+    }
+
+    /// Whether [`Dsv4Gpu::proj`] takes `w` on the `tensor` sums.
+    pub(super) fn proj_tensor(&self, w: &DevMat) -> bool {
+        self.opts.sums == ProductSums::Tensor
+            && super::products::dense_limbs(w.bf16_exact, w.arg.cols as usize, 1, 0).is_some()
+    }
+
+    /// `y = w x` and `y2 = w2 x` as attention projections: `Gpu::lin_pair`
+    /// (one launch for one token) where neither takes the `tensor` sums.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn proj_pair(
+        &self,
+        g: &Gpu,
+        sc: &super::state::Scratch,
+        w: &DevMat,
+        w2: &DevMat,
+        x: u64,
+        y: u64,
+        y2: u64,
+        n: usize,
+    ) -> Result<()> {
+        if !self.proj_tensor(w) && !self.proj_tensor(w2) {
+            return g.lin_pair(w, w2, x, y, y2, n);
+        }
+        self.proj(g, sc, w, x, y, n)?;
+        self.proj(g, sc, w2, x, y2, n)
+    }
+
     pub(super) fn norm(&self, g: &Gpu, x: u64, w: u64, rows: usize, width: usize) -> Result<()> {
         g.rms_norm(x, w, rows, width, self.config.rms_norm_eps as f32)
     }
@@ -728,7 +805,7 @@ impl Dsv4Gpu {
 
 #[cfg(test)]
 mod tests {
-    use super::{ExpertSums, Fault};
+    use super::{Fault, ProductSums};
 
     #[test]
     fn faults_parse_from_the_command_line_form() {
@@ -741,11 +818,11 @@ mod tests {
     }
 
     #[test]
-    fn expert_sums_parse_and_default_to_exact() {
-        assert_eq!(ExpertSums::default(), ExpertSums::Exact);
-        assert_eq!("exact".parse::<ExpertSums>().unwrap(), ExpertSums::Exact);
-        assert_eq!("tensor".parse::<ExpertSums>().unwrap(), ExpertSums::Tensor);
-        let e = "bf16".parse::<ExpertSums>().unwrap_err().to_string();
+    fn sums_parse_and_default_to_exact() {
+        assert_eq!(ProductSums::default(), ProductSums::Exact);
+        assert_eq!("exact".parse::<ProductSums>().unwrap(), ProductSums::Exact);
+        assert_eq!("tensor".parse::<ProductSums>().unwrap(), ProductSums::Tensor);
+        let e = "bf16".parse::<ProductSums>().unwrap_err().to_string();
         assert!(e.contains("exact or tensor"), "{e}");
     }
 }

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 
 use super::device::Gpu;
-use super::forward::{Dsv4Gpu, ExpertSums, Fault, MoeArm, Pass};
+use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass, ProductSums};
 use super::products::{
     expert_mma_smem, group_smem, limb_arm, limb_parts, limb_smem_groups, limb_smem_one, row_smem, DECODE_WARPS,
     GROUP_BLOCK, GROUP_TOKENS, LIMB_TOKENS, LIMB_WARPS, MMA_BLOCK, MMA_PAIRS,
@@ -298,14 +298,21 @@ impl Dsv4Gpu {
                 Ok(())
             })?;
         }
-        g.lin_pair(&dl.wq_a, &dl.wkv, hq, sc.qr.ptr, sc.kv.ptr, n)?;
+        self.proj_pair(g, sc, &dl.wq_a, &dl.wkv, hq, sc.qr.ptr, sc.kv.ptr, n)?;
         self.norm(g, sc.qr.ptr, dl.q_norm.ptr, n, c.q_lora_rank)?;
         let qrq = self.act(g, &sc.qr, &sc.qrq, n, c.q_lora_rank)?;
         // the indexer's queries read the same input: one launch for both
-        // where they pair (`lin_pair`: one format and width, one token)
+        // where they pair (`lin_pair`: one format and width, one token);
+        // the indexer's keep the exact sums under the `tensor` sums
         match index_query {
-            Some((_, wq, ..)) => g.lin_pair(&dl.wq_b, wq, qrq, sc.q.ptr, sc.iq.ptr, n)?,
-            None => self.lin(g, &dl.wq_b, qrq, sc.q.ptr, n)?,
+            Some((_, wq, ..)) if !self.proj_tensor(&dl.wq_b) => {
+                g.lin_pair(&dl.wq_b, wq, qrq, sc.q.ptr, sc.iq.ptr, n)?
+            }
+            Some((_, wq, ..)) => {
+                self.proj(g, sc, &dl.wq_b, qrq, sc.q.ptr, n)?;
+                self.lin(g, wq, qrq, sc.iq.ptr, n)?
+            }
+            None => self.proj(g, sc, &dl.wq_b, qrq, sc.q.ptr, n)?,
         }
         // each head's query normalized (no weight) and rotated, and the key
         // (with its norm's weight), in one launch
@@ -412,9 +419,9 @@ impl Dsv4Gpu {
         self.mark(si, "attn.out")?;
         let (gs, ol) = (c.o_groups, c.o_lora_rank);
         let gin = nh * hd / gs;
-        g.linear_grouped(&dl.wo_a, sc.attn.ptr, nh * hd, gin, sc.oa.ptr, gs * ol, n, gs, ol)?;
+        self.proj_grouped(g, sc, &dl.wo_a, sc.attn.ptr, nh * hd, gin, sc.oa.ptr, gs * ol, n, gs, ol)?;
         let oaq = self.act(g, &sc.oa, &sc.oaq, n, gs * ol)?;
-        self.lin(g, &dl.wo_b, oaq, sc.a.ptr, n)?;
+        self.proj(g, sc, &dl.wo_b, oaq, sc.a.ptr, n)?;
         Ok(())
     }
 
@@ -454,7 +461,7 @@ impl Dsv4Gpu {
         // the `tensor` expert sums where the layer's experts take them
         // (kernels/moe_tensor.cu, gpu/products.rs `limb_arm`), else the
         // exact sums; prefill and decode alike
-        let limbs = self.opts.expert_sums == ExpertSums::Tensor && limb_arm(f13, f2, d, inter);
+        let limbs = self.opts.sums == ProductSums::Tensor && limb_arm(f13, f2, d, inter);
         let group_pairs = npairs >= EXPERT_GROUP_MIN_PAIRS * ne;
         // the pairs listed by expert into pair_lists (kernels/moe.cu
         // `moe_group_pairs`), and with a groups buffer (not 0) cut into
@@ -471,13 +478,13 @@ impl Dsv4Gpu {
             list_by_expert(sc.expert_groups.ptr, ngroups, LIMB_TOKENS)?;
             let grid_y = ngroups.min(u16::MAX as usize) as u32;
             let (block, smem) = ((LIMB_WARPS * 32) as u32, limb_smem_groups() as u32);
-            launch!(g, "limb_rows", Gpu::cfg((n as u32, 1, 1), 256, 0); hq, d as i32, sc.limbs.ptr);
+            launch!(g, "limb_rows", Gpu::cfg((n as u32, 1, 1), 256, 0); hq, d as i32, d as i32, sc.limbs.ptr);
             launch!(g, "expert_gate_up_bf16_groups",
                 Gpu::cfg((inter.div_ceil(16 * LIMB_WARPS) as u32, grid_y, 1), block, smem);
                 dl.w1s.ptr, dl.w3s.ptr, sc.limbs.ptr, d as i32, sc.ridx.ptr, sc.rwts.ptr, k as i32,
                 sc.pair_lists.ptr, sc.expert_groups.ptr, ngroups as i32, lim, inter as i32, sc.hmid.ptr);
             let hm = self.act(g, &sc.hmid, &sc.hmidq, npairs, inter)?;
-            launch!(g, "limb_rows", Gpu::cfg((npairs as u32, 1, 1), 256, 0); hm, inter as i32, sc.limbs.ptr);
+            launch!(g, "limb_rows", Gpu::cfg((npairs as u32, 1, 1), 256, 0); hm, inter as i32, inter as i32, sc.limbs.ptr);
             launch!(g, "expert_down_bf16_groups", Gpu::cfg((d.div_ceil(32 * LIMB_WARPS) as u32, grid_y, 1), block, smem);
                 dl.w2s.ptr, sc.limbs.ptr, inter as i32, sc.ridx.ptr, sc.pair_lists.ptr, sc.expert_groups.ptr,
                 ngroups as i32, d as i32, sc.slot_out.ptr);

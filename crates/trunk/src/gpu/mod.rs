@@ -14,5 +14,5 @@ pub mod state;
 pub mod weights;
 
 pub use device::unavailable_reason;
-pub use forward::{Dsv4Gpu, ExpertSums, Fault, GpuOptions, MoeArm, VramLine};
+pub use forward::{Dsv4Gpu, Fault, GpuOptions, MoeArm, ProductSums, VramLine};
 pub use state::GpuState;

@@ -20,6 +20,7 @@ pub const SOURCES: &[(&str, &str)] = &[
     ("indexer.cu", include_str!("../../../../kernels/indexer.cu")),
     ("moe.cu", include_str!("../../../../kernels/moe.cu")),
     ("moe_tensor.cu", include_str!("../../../../kernels/moe_tensor.cu")),
+    ("linear_tensor.cu", include_str!("../../../../kernels/linear_tensor.cu")),
     ("argmax.cu", include_str!("../../../../kernels/argmax.cu")),
 ];
 
@@ -81,6 +82,8 @@ pub const KERNELS: &[&str] = &[
     "expert_gate_up_bf16_groups",
     "expert_down_bf16_groups",
     "limb_rows",
+    "linear_bf16_one",
+    "linear_bf16_groups",
     "swiglu_rows",
     "argmax_slices",
     "argmax_rows",

@@ -231,6 +231,36 @@ pub fn limb_arm(f13: i32, f2: i32, d: usize, inter: usize) -> bool {
         && limb_smem_groups() <= LIMB_SMEM_MAX
 }
 
+/// Shared bytes of `linear_bf16_one` (kernels/linear_tensor.cu) for rows
+/// of `cols` values: the token's three limb rows and the warps' part sums.
+pub fn dense_limb_smem_one(cols: usize) -> usize {
+    3 * (cols + LIMB_PAD) * 2 + LIMB_WARPS * 16 * 4
+}
+
+/// Shared bytes of `linear_bf16_groups`: `LIMB_STAGES` K blocks of a
+/// group's limb rows.
+pub fn dense_limb_smem_groups() -> usize {
+    LIMB_STAGES * 3 * LIMB_TOKENS * (LIMB_K + LIMB_PAD) * 2
+}
+
+/// The shared bytes `linear_bf16_one` opts in to: rows up to 16384 values.
+const DENSE_LIMB_SMEM_MAX: usize = 3 * (16384 + LIMB_PAD) * 2 + LIMB_WARPS * 16 * 4;
+
+/// The width of the limb rows a product of `groups` groups of rows of
+/// `cols` values, inputs `x_group` apart, takes from each input row: None
+/// where the `tensor` sums do not take it (weights not FP8 exact as BF16:
+/// `bf16_exact`, gpu/weights.rs `codes_bf16_exactly`; rows or group
+/// offsets not whole K blocks; rows too wide for one token's limbs in
+/// shared memory); the product keeps the exact sums, in prefill and in
+/// decode alike.
+pub fn dense_limbs(bf16_exact: bool, cols: usize, groups: usize, x_group: usize) -> Option<usize> {
+    let fits = bf16_exact
+        && cols.is_multiple_of(LIMB_K)
+        && (groups == 1 || x_group.is_multiple_of(LIMB_K))
+        && dense_limb_smem_one(cols) <= DENSE_LIMB_SMEM_MAX;
+    fits.then(|| (groups - 1) * x_group + cols)
+}
+
 /// `linear_mma`'s shared bytes ([`mma_tile_smem`]) for inputs at `x`
 /// (stride `x_stride`, groups `x_group` floats apart) through rows
 /// `row0 + z * nrows ..` of `w` for each of `groups` groups `z`, or None
@@ -371,6 +401,8 @@ pub(super) fn dynamic_smem_opt_in(k: &str) -> Option<usize> {
         Some(GROUP_SMEM_MAX)
     } else if MMA_KERNELS.contains(&k) {
         Some(MMA_SMEM_MAX)
+    } else if k == "linear_bf16_one" {
+        Some(DENSE_LIMB_SMEM_MAX)
     } else if k == "hc_site_rows" {
         Some(super::state::HC_ROWS_SMEM_MAX)
     } else if k == "attention_mma" {
@@ -442,6 +474,51 @@ impl Gpu {
         crate::launch!(self, kernel, cfg;
             w.arg, x, x_stride as i32, x_group as i32, y, y_stride as i32, n as i32, rows_per_group as i32);
         Ok(())
+    }
+
+    /// [`Gpu::linear_grouped`] on the `tensor` sums (kernels/linear_tensor.cu)
+    /// where [`dense_limbs`] takes `w`: one token by `linear_bf16_one`, more
+    /// as limb rows (`limb_rows`, into `limbs`: 3 bf16 a token's input
+    /// value) through `linear_bf16_groups`. Returns false (nothing launched) where
+    /// it does not take `w`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn linear_limbs(
+        &self,
+        w: &super::weights::DevMat,
+        x: u64,
+        x_stride: usize,
+        x_group: usize,
+        y: u64,
+        y_stride: usize,
+        n: usize,
+        groups: usize,
+        nrows: usize,
+        limbs: &super::device::Buf<u16>,
+    ) -> Result<bool> {
+        let cols = w.arg.cols as usize;
+        let Some(kl) = dense_limbs(w.bf16_exact, cols, groups, x_group) else {
+            return Ok(false);
+        };
+        if n > 1 && limbs.len < n * 3 * kl {
+            anyhow::bail!("limb rows for {n} tokens of {kl} values: scratch holds {} bf16", limbs.len);
+        }
+        let block = (LIMB_WARPS * 32) as u32;
+        if n == 1 {
+            let tiles = LIMB_WARPS / limb_parts(cols);
+            let grid = (nrows.div_ceil(16 * tiles) as u32, 1, groups as u32);
+            crate::launch!(self, "linear_bf16_one", Gpu::cfg(grid, block, dense_limb_smem_one(cols) as u32);
+                w.arg, x, x_group as i32, y, 0i32, nrows as i32);
+            return Ok(true);
+        }
+        crate::launch!(self, "limb_rows", Gpu::cfg((n as u32, 1, 1), 256, 0); x, kl as i32, x_stride as i32, limbs.ptr);
+        let grid = (
+            nrows.div_ceil(32 * LIMB_WARPS) as u32,
+            n.div_ceil(LIMB_TOKENS).min(u16::MAX as usize) as u32,
+            groups as u32,
+        );
+        crate::launch!(self, "linear_bf16_groups", Gpu::cfg(grid, block, dense_limb_smem_groups() as u32);
+            w.arg, limbs.ptr, kl as i32, x_group as i32, y, y_stride as i32, n as i32, 0i32, nrows as i32);
+        Ok(true)
     }
 
     /// `y = w x` and `y2 = w2 x` (`lin` twice): for one token and two
@@ -612,6 +689,28 @@ mod tests {
         assert!(!limb_arm(3, 3, 4096, 2048 + 64));
         assert!(limb_arm(3, 3, 7168, 2048));
         assert!(!limb_arm(3, 3, 8192, 2048));
+        // the attention's projections (kernels/linear_tensor.cu)
+        let dense = source("linear_tensor.cu");
+        for (k, bounds) in
+            [("linear_bf16_one", "32 * LIMB_WARPS, LIMB_DECODE_BLOCKS"), ("linear_bf16_groups", "32 * LIMB_WARPS")]
+        {
+            assert!(dense.contains(&format!("__launch_bounds__({bounds}) {k}(")), "{k}");
+            assert!(nvrtc::KERNELS.contains(&k), "{k} is not loaded");
+        }
+        assert_eq!(dense_limb_smem_one(8192), 3 * 8208 * 2 + 256);
+        assert_eq!(dense_limb_smem_groups(), 3 * 48 * 144 * 2);
+        assert_eq!(dynamic_smem_opt_in("linear_bf16_one"), Some(dense_limb_smem_one(16384)));
+        // DeepSeek-V4-Flash's projections take it (wo_a: 8 groups of 4096,
+        // limbs of the whole 32768-wide row); other weights, ragged rows or
+        // groups, and rows past 16384 do not
+        assert_eq!(dense_limbs(true, 4096, 1, 0), Some(4096));
+        assert_eq!(dense_limbs(true, 4096, 8, 4096), Some(32768));
+        assert_eq!(dense_limbs(true, 1024, 1, 0), Some(1024));
+        assert_eq!(dense_limbs(false, 4096, 1, 0), None);
+        assert_eq!(dense_limbs(true, 4096 + 64, 1, 0), None);
+        assert_eq!(dense_limbs(true, 4096, 8, 4096 + 64), None);
+        assert_eq!(dense_limbs(true, 16384, 1, 0), Some(16384));
+        assert_eq!(dense_limbs(true, 16384 + 128, 1, 0), None);
     }
 
     #[test]

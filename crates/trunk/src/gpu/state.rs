@@ -178,11 +178,13 @@ impl ScratchDims {
     }
 
     /// The bf16 of the limb rows for `w` tokens: three of each input value
-    /// of the routed experts (the larger of a token's row and its pairs'
-    /// middles; they are not live at once).
+    /// of the products on the `tensor` sums (the widest of a token's row,
+    /// its pairs' middles, its query's low rank, its heads' outputs and
+    /// their low-rank groups; one product's are live at a time).
     pub fn limb_elems(&self, w: usize) -> usize {
         if self.limbs {
-            w * 3 * self.d.max(self.k * self.inter)
+            let widest = [self.d, self.k * self.inter, self.q_lora, self.heads_x_hd, self.go].into_iter().max();
+            w * 3 * widest.unwrap_or(0)
         } else {
             0
         }
@@ -323,7 +325,7 @@ impl Dsv4Gpu {
             inter: c.moe_intermediate_size * c.n_shared_experts.max(1),
             vocab: c.vocab_size,
             max_entries: capacity / c.csa_ratio.max(1) + 1,
-            limbs: self.opts.expert_sums == super::forward::ExpertSums::Tensor,
+            limbs: self.opts.sums == super::forward::ProductSums::Tensor,
         }
     }
 

@@ -40,6 +40,9 @@ pub struct DevMat {
     _data: Buf<u8>,
     _scales: Option<Buf<u8>>,
     pub arg: MatArg,
+    /// Whether every weight times its scale is a normal BF16 exactly, so
+    /// that the `tensor` sums may take the rows ([`codes_bf16_exactly`]).
+    pub bf16_exact: bool,
 }
 
 impl DevMat {
@@ -85,6 +88,7 @@ impl DevMat {
             }
         };
         let scaled = codes_scale_exactly(fmt, &bytes, scales.as_deref()) as i32;
+        let bf16_exact = codes_bf16_exactly(fmt, &bytes, scales.as_deref());
         let data = gpu.upload(&bytes)?;
         let scales = match scales {
             Some(s) => Some(gpu.upload(&s)?),
@@ -98,7 +102,7 @@ impl DevMat {
             fmt,
             scaled,
         };
-        Ok(DevMat { _data: data, _scales: scales, arg })
+        Ok(DevMat { _data: data, _scales: scales, arg, bf16_exact })
     }
 }
 
@@ -123,6 +127,19 @@ pub fn codes_scale_exactly(fmt: i32, bytes: &[u8], scales: Option<&[u8]>) -> boo
         FMT_FP4 => scales.iter().all(|&e| e <= 252),
         _ => false,
     }
+}
+
+/// Whether every FP8 weight times its 128x128 block's scale is a normal
+/// BF16 exactly (kernels/moe_tensor.cu `fp8_bf16x4`): no NaN codes, scales
+/// positive powers of two in [2^-117, 2^119] (the smallest code, 2^-9,
+/// stays normal; the largest, 448, finite). Other formats: false.
+pub fn codes_bf16_exactly(fmt: i32, bytes: &[u8], scales: Option<&[u8]>) -> bool {
+    fmt == FMT_FP8
+        && bytes.iter().all(|&b| b & 0x7F != 0x7F)
+        && scales.unwrap_or(&[]).chunks_exact(4).all(|w| {
+            let bits = u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            bits & 0x807F_FFFF == 0 && (10..=246).contains(&(bits >> 23))
+        })
 }
 
 pub struct DevHc {
@@ -330,6 +347,28 @@ mod tests {
         assert!(codes_scale_exactly(FMT_FP4, &[0xFF, 0x77], Some(&[0, 127, 252])));
         assert!(!codes_scale_exactly(FMT_FP4, &[0x11], Some(&[127, 253])));
         assert!(!codes_scale_exactly(FMT_FP4, &[0x11], Some(&[255])));
+    }
+
+    #[test]
+    fn bf16_exact_codes_are_normal_bf16_products() {
+        use crate::weights::formats::{e4m3_to_f32, f32_to_bf16};
+        let fits = |v: f32| v == 0.0 || (v.abs() >= f32::MIN_POSITIVE && (f32_to_bf16(v) as u32) << 16 == v.to_bits());
+        // every non-NaN code times an accepted scale is a normal BF16 exactly
+        for e in [-117, -3, 0, 119] {
+            let scale = 2f32.powi(e);
+            assert!(codes_bf16_exactly(FMT_FP8, &[0x01, 0x7E], Some(&f32s(&[scale]))), "2^{e}");
+            for code in (0..=255u8).filter(|c| c & 0x7F != 0x7F) {
+                assert!(fits(e4m3_to_f32(code) * scale), "code {code:#x} scale 2^{e}");
+            }
+        }
+        // the bounds are tight: below 2^-117 the smallest code is subnormal
+        assert!(!fits(e4m3_to_f32(0x01) * 2f32.powi(-118)));
+        for bad in [2f32.powi(-118), 2f32.powi(120), 0.3, -1.0] {
+            assert!(!codes_bf16_exactly(FMT_FP8, &[0x38], Some(&f32s(&[bad]))), "{bad}");
+        }
+        assert!(!codes_bf16_exactly(FMT_FP8, &[0x7F], Some(&f32s(&[1.0]))));
+        assert!(!codes_bf16_exactly(FMT_FP4, &[0x11], Some(&[127])));
+        assert!(!codes_bf16_exactly(FMT_BF16, &[0, 0], None));
     }
 
     // A Rust mirror of the kernels' scaled-code arithmetic (kernels/common.cuh
