@@ -45,7 +45,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) linear_bf16_groups
     Mat w, const u16* __restrict__ xl, int kl, int x_group, float* __restrict__ y, int y_stride, int n, int row0,
     int nrows) {
     await_inputs();
-    const int z = blockIdx.z, K = w.cols, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int z = blockIdx.z, K = w.cols, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
     const int j0 = 32 * (blockIdx.x * LIMB_WARPS + (threadIdx.x >> 5));
     const bool active = j0 < nrows;
     const int r0 = row0 + z * nrows;
@@ -59,15 +59,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) linear_bf16_groups
         float sums[2][2][4];
         tiles_group(Fp8Limbs{}, rows, active, K, [&](int t) { return xz + (size_t)(t0 + min(t, nt - 1)) * 3 * kl; },
                     kl, (u16*)limb_smem, sums);
-        if (!active) continue;
-        #pragma unroll
-        for (int t = 0; t < 2; t++)
-            #pragma unroll
-            for (int j = 0; j < 2; j++)
-                #pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const int c = 8 * j + 2 * q + (u & 1), r = j0 + 16 * t + g + 8 * (u >> 1);
-                    if (c < nt && r < nrows) y[(size_t)(t0 + c) * y_stride + r] = sums[t][j][u];
-                }
+        if (active)
+            for_group_sums(sums, j0, nrows, nt, [&](int c, int r, float v) { y[(size_t)(t0 + c) * y_stride + r] = v; });
     }
 }

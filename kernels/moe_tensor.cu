@@ -475,6 +475,22 @@ __device__ __forceinline__ void tiles_group(const W& wsrc, const typename W::Row
     __syncthreads();
 }
 
+// Each of a warp's sums (tiles_group's out, its tiles of 16 rows from j0)
+// whose token c < nt and row r < rows, as store(c, r, v).
+template <class Store>
+__device__ __forceinline__ void for_group_sums(const float (&sums)[2][2][4], int j0, int rows, int nt, Store store) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    #pragma unroll
+    for (int t = 0; t < 2; t++)
+        #pragma unroll
+        for (int j = 0; j < 2; j++)
+            #pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int c = 8 * j + 2 * q + (u & 1), r = j0 + 16 * t + g + 8 * (u >> 1);
+                if (c < nt && r < rows) store(c, r, sums[t][j][u]);
+            }
+}
+
 __device__ __forceinline__ u16* limb_stages_smem() { return (u16*)(limb_smem + 256); }
 
 // grid (ceil(inter / (16 LIMB_WARPS)), min(ngroups, 65535)), block 32
@@ -550,16 +566,6 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_down_bf16_g
         tiles_group(Fp4Limbs{limb_smem}, rows, active, inter,
                     [&](int t) { return hl + (size_t)tp[min(t, nt - 1)] * 3 * inter; }, inter, limb_stages_smem(),
                     sums);
-        if (!active) continue;
-        #pragma unroll
-        for (int t = 0; t < 2; t++)
-            #pragma unroll
-            for (int j = 0; j < 2; j++)
-                #pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const int c = 8 * j + 2 * q + (u & 1), r = j0 + 16 * t + g + 8 * (u >> 1);
-                    if (c < nt && r < d)
-                        out[(size_t)tp[c] * d + r] = sums[t][j][u];
-                }
+        if (active) for_group_sums(sums, j0, d, nt, [&](int c, int r, float v) { out[(size_t)tp[c] * d + r] = v; });
     }
 }
