@@ -15,20 +15,23 @@
 // 32 LIMB_WARPS, dynamic smem 3 (K + LIMB_PAD) 2 + 64 LIMB_WARPS bytes
 // (gpu/products.rs `dense_limb_smem_one`). Block x's tile t takes rows
 // j0 = 16 (x LIMB_WARPS / parts + t) .. j0 + 15 of its group.
-extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS) linear_bf16_one(
+#define LIMB_DENSE_BLOCKS 4  // blocks an SM: the registers of Fp8Limbs' ring
+extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DENSE_BLOCKS) linear_bf16_one(
     Mat w, const float* __restrict__ x, int x_group, float* __restrict__ y, int row0, int nrows) {
-    await_inputs();
     const int z = blockIdx.z, K = w.cols;
-    u16* xs = (u16*)limb_smem;
-    stage_limb_row(x + (size_t)z * x_group, K, xs, K + LIMB_PAD, threadIdx.x, blockDim.x);
-    __syncthreads();
     const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, parts = limb_parts(K);
     const int j0 = 16 * (blockIdx.x * (LIMB_WARPS / parts) + (threadIdx.x >> 5) / parts);
     const int r0 = row0 + z * nrows;
     const Fp8Limbs::Row rows[2] = {Fp8Limbs::row(w, r0 + min(j0 + g, nrows - 1), q),
                                    Fp8Limbs::row(w, r0 + min(j0 + g + 8, nrows - 1), q)};
+    TileRing<Fp8Limbs> ring;
+    tile_parts_first(Fp8Limbs{}, rows, j0 < nrows, K, ring);  // the weights: no earlier kernel writes them
+    await_inputs();
+    u16* xs = (u16*)limb_smem;
+    stage_limb_row(x + (size_t)z * x_group, K, xs, K + LIMB_PAD, threadIdx.x, blockDim.x);
+    __syncthreads();
     float v[2];
-    if (tile_parts(Fp8Limbs{}, rows, j0 < nrows, K, xs, (float*)(xs + 3 * (K + LIMB_PAD)), v)) {
+    if (tile_parts(Fp8Limbs{}, rows, j0 < nrows, K, xs, ring, (float*)(xs + 3 * (K + LIMB_PAD)), v)) {
         y += (size_t)z * nrows;
         if (j0 + g < nrows) y[j0 + g] = v[0];
         if (j0 + g + 8 < nrows) y[j0 + g + 8] = v[1];

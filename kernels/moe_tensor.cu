@@ -64,14 +64,28 @@ __device__ __forceinline__ void split4(float4 v, uint2 (&l)[3]) {
 }
 
 // A row of K f32 values as limb rows at dst, dst + stride, dst + 2 stride
-// (bf16 elements), each in limb_pos order; `threads` threads from `tid`.
+// (bf16 elements), each in limb_pos order; `threads` threads from `tid`,
+// each with STAGE_LOADS of its float4s in flight at once.
+#define STAGE_LOADS 4
 __device__ __forceinline__ void stage_limb_row(const float* x, int K, u16* dst, int stride, int tid, int threads) {
-    for (int k = 4 * tid; k < K; k += 4 * threads) {
-        uint2 l[3];
-        split4(*(const float4*)(x + k), l);
-        const int p = limb_pos(k);
+    for (int k0 = 4 * tid; k0 < K; k0 += 4 * STAGE_LOADS * threads) {
+        float4 v[STAGE_LOADS];
         #pragma unroll
-        for (int L = 0; L < 3; L++) *(uint2*)(dst + (size_t)L * stride + p) = l[L];
+        for (int u = 0; u < STAGE_LOADS; u++) {
+            const int k = k0 + 4 * u * threads;
+            if (k < K) v[u] = *(const float4*)(x + k);
+        }
+        #pragma unroll
+        for (int u = 0; u < STAGE_LOADS; u++) {
+            const int k = k0 + 4 * u * threads;
+            if (k < K) {
+                uint2 l[3];
+                split4(v[u], l);
+                const int p = limb_pos(k);
+                #pragma unroll
+                for (int L = 0; L < 3; L++) *(uint2*)(dst + (size_t)L * stride + p) = l[L];
+            }
+        }
     }
 }
 
@@ -198,7 +212,7 @@ __device__ __forceinline__ void fp8_bf16x4(u32 c, float s, u32& p0, u32& p1) {
 // FP8 rows (the attention's projections): E4M3 codes and one f32 scale a
 // block of 128 rows and 128 columns, a power of two.
 struct Fp8Limbs {
-    static constexpr int AHEAD = 2;  // as many bytes ahead as Fp4Limbs' 4
+    static constexpr int AHEAD = 4;  // twice Fp4Limbs' bytes ahead (linear_bf16_one: 4 blocks an SM, 124 registers)
     struct Row {
         const uint4* codes;   // the row's chunk 2 q
         const float* scales;  // its 128-row block's scales
@@ -237,19 +251,28 @@ struct Fp8Limbs {
 
 // Decode: a warp's tile of 16 rows (rows[0] its row g, rows[1] row g + 8)
 // against one token's limbs staged at xs (rows of K + LIMB_PAD bf16, limb L
-// on column L), accumulated into d (d[0], d[1]: row g's hi and mid on the
-// lanes with q = 0, lo on q = 1's d[0]; d[2], d[3] row g + 8's).
+// on column L), K blocks b_first .. b_first + nb - 1, accumulated into d
+// (d[0], d[1]: row g's hi and mid on the lanes with q = 0, lo on q = 1's
+// d[0]; d[2], d[3] row g + 8's). The ring's first W::AHEAD blocks are
+// loaded before (`ring_first`), so that they come while the token is staged.
 #define LIMB_DECODE_BLOCKS 5  // decode blocks an SM: at most 102 registers
 template <class W>
-__device__ __forceinline__ void tile_one_token(const W& src, const typename W::Row (&rows)[2], int K, int b_first,
-                                               int nb, const u16* xs, float (&d)[4]) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const bool col = g < 3;
-    const u16* xr = xs + (size_t)(col ? g : 0) * (K + LIMB_PAD) + 4 * q + LIMB_K * b_first;
-    typename W::template Block<2> ring[W::AHEAD];
+using TileRing = typename W::template Block<2>[W::AHEAD];
+
+template <class W>
+__device__ __forceinline__ void ring_first(const W& src, const typename W::Row (&rows)[2], int b_first, int nb,
+                                           TileRing<W>& ring) {
     #pragma unroll
     for (int j = 0; j < W::AHEAD; j++)
         if (j < nb) src.load(rows, b_first + j, ring[j]);
+}
+
+template <class W>
+__device__ __forceinline__ void tile_one_token(const W& src, const typename W::Row (&rows)[2], int K, int b_first,
+                                               int nb, const u16* xs, TileRing<W>& ring, float (&d)[4]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const bool col = g < 3;
+    const u16* xr = xs + (size_t)(col ? g : 0) * (K + LIMB_PAD) + 4 * q + LIMB_K * b_first;
     for (int b0 = 0; b0 < nb; b0 += W::AHEAD) {
         #pragma unroll
         for (int j = 0; j < W::AHEAD; j++) {
@@ -287,24 +310,44 @@ __device__ __forceinline__ int limb_parts(int K) {
 }
 
 // Decode: the warp's part of its tile (warp w of the block: tile w / parts,
-// part w % parts) into rows v[0] (row g) and v[1] (row g + 8) of the
-// block's part sums (`limb_part_sums`), on the lanes with q = 0, then the
-// tile's sums over the parts in order, on the lanes with q = 0 of its
-// first part's warp (returns whether this lane holds them).
+// part w % parts): K blocks part nb .. part nb + nb - 1.
+__device__ __forceinline__ int tile_part_blocks(int K, int& first) {
+    const int parts = limb_parts(K), nb = K / LIMB_K / parts;
+    first = ((threadIdx.x >> 5) % parts) * nb;
+    return nb;
+}
+
+// Decode: the first loads of the warp's part (before the token is staged).
+template <class W>
+__device__ __forceinline__ void tile_parts_first(const W& src, const typename W::Row (&rows)[2], bool active, int K,
+                                                 TileRing<W>& ring) {
+    int first;
+    const int nb = tile_part_blocks(K, first);
+    if (active) ring_first(src, rows, first, nb, ring);
+}
+
+// Decode: the warp's part of its tile (its ring's first blocks loaded,
+// `tile_parts_first`; the token staged at xs and the block synchronized)
+// into rows v[0] (row g) and v[1] (row g + 8) of the block's part sums
+// (`limb_part_sums`), on the lanes with q = 0, then the tile's sums over
+// the parts in order, on the lanes with q = 0 of its first part's warp
+// (returns whether this lane holds them).
 template <class W>
 __device__ __forceinline__ bool tile_parts(const W& src, const typename W::Row (&rows)[2], bool active, int K,
-                                           const u16* xs, float* part_sums, float (&v)[2]) {
+                                           const u16* xs, TileRing<W>& ring, float* part_sums, float (&v)[2]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int parts = limb_parts(K), nb = K / LIMB_K / parts, part = warp % parts;
+    const int parts = limb_parts(K);
+    int first;
+    const int nb = tile_part_blocks(K, first);
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (active) tile_one_token(src, rows, K, part * nb, nb, xs, acc);
+    if (active) tile_one_token(src, rows, K, first, nb, xs, ring, acc);
     const float lo_a = __shfl_down_sync(0xffffffffu, acc[0], 1), lo_b = __shfl_down_sync(0xffffffffu, acc[2], 1);
     if (q == 0) {
         part_sums[warp * 16 + g] = limb_sum(acc[0], acc[1], lo_a);
         part_sums[warp * 16 + g + 8] = limb_sum(acc[2], acc[3], lo_b);
     }
     __syncthreads();
-    if (part != 0 || q != 0 || !active) return false;
+    if (first != 0 || q != 0 || !active) return false;
     v[0] = -0.0f;
     v[1] = -0.0f;
     for (int p = 0; p < parts; p++) {
@@ -332,15 +375,18 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS
     await_inputs();
     const int pair = pairs[blockIdx.y];
     const int e = idx[pair];
-    u16* xs = limb_rows_smem();
-    stage_limb_row(x + (size_t)(pair / k) * d, d, xs, d + LIMB_PAD, threadIdx.x, blockDim.x);
-    __syncthreads();
     const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, parts = limb_parts(d);
     const int i0 = 8 * (blockIdx.x * (LIMB_WARPS / parts) + (threadIdx.x >> 5) / parts);
     const int i = min(i0 + g, inter - 1);
     const Fp4Limbs::Row rows[2] = {Fp4Limbs::row(w1s[e], i, q), Fp4Limbs::row(w3s[e], i, q)};
+    const Fp4Limbs src{limb_smem};
+    TileRing<Fp4Limbs> ring;
+    tile_parts_first(src, rows, i0 < inter, d, ring);
+    u16* xs = limb_rows_smem();
+    stage_limb_row(x + (size_t)(pair / k) * d, d, xs, d + LIMB_PAD, threadIdx.x, blockDim.x);
+    __syncthreads();
     float v[2];
-    if (tile_parts(Fp4Limbs{limb_smem}, rows, i0 < inter, d, xs, limb_part_sums(d), v) && i0 + g < inter)
+    if (tile_parts(src, rows, i0 < inter, d, xs, ring, limb_part_sums(d), v) && i0 + g < inter)
         h[(size_t)pair * inter + i0 + g] = swiglu(v[0], v[1], lim, wts[pair]);
 }
 
@@ -354,15 +400,18 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS
     await_inputs();
     const int pair = pairs[blockIdx.y];
     const Mat w2 = w2s[idx[pair]];
-    u16* xs = limb_rows_smem();
-    stage_limb_row(h + (size_t)pair * inter, inter, xs, inter + LIMB_PAD, threadIdx.x, blockDim.x);
-    __syncthreads();
     const int g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3, parts = limb_parts(inter);
     const int j0 = 16 * (blockIdx.x * (LIMB_WARPS / parts) + (threadIdx.x >> 5) / parts);
     const Fp4Limbs::Row rows[2] = {Fp4Limbs::row(w2, min(j0 + g, d - 1), q),
                                    Fp4Limbs::row(w2, min(j0 + g + 8, d - 1), q)};
+    const Fp4Limbs src{limb_smem};
+    TileRing<Fp4Limbs> ring;
+    tile_parts_first(src, rows, j0 < d, inter, ring);
+    u16* xs = limb_rows_smem();
+    stage_limb_row(h + (size_t)pair * inter, inter, xs, inter + LIMB_PAD, threadIdx.x, blockDim.x);
+    __syncthreads();
     float v[2];
-    if (tile_parts(Fp4Limbs{limb_smem}, rows, j0 < d, inter, xs, limb_part_sums(inter), v)) {
+    if (tile_parts(src, rows, j0 < d, inter, xs, ring, limb_part_sums(inter), v)) {
         if (j0 + g < d) out[(size_t)pair * d + j0 + g] = v[0];
         if (j0 + g + 8 < d) out[(size_t)pair * d + j0 + g + 8] = v[1];
     }
