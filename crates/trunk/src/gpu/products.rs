@@ -692,7 +692,7 @@ mod tests {
         // the attention's projections (kernels/linear_tensor.cu)
         let dense = source("linear_tensor.cu");
         for (k, bounds) in
-            [("linear_bf16_one", "32 * LIMB_WARPS, LIMB_DECODE_BLOCKS"), ("linear_bf16_groups", "32 * LIMB_WARPS")]
+            [("linear_bf16_one", "32 * LIMB_WARPS, LIMB_DENSE_BLOCKS"), ("linear_bf16_groups", "32 * LIMB_WARPS")]
         {
             assert!(dense.contains(&format!("__launch_bounds__({bounds}) {k}(")), "{k}");
             assert!(nvrtc::KERNELS.contains(&k), "{k} is not loaded");
