@@ -113,6 +113,22 @@ __device__ __forceinline__ void limb_tables(uint4* t) {
     }
 }
 
+// The tables of every scale, built once a device (`limb_tables_fill`, one
+// block of 256 threads, launched when the kernels load: gpu/device.rs
+// `Gpu::open`). The expert kernels copy them into shared memory
+// (`limb_tables_copy`, by cp.async, committed as one group) instead of
+// building them in every block.
+__device__ uint4 limb_tables_built[256];
+extern "C" __global__ void limb_tables_fill() {
+    await_inputs();
+    limb_tables(limb_tables_built);
+}
+__device__ __forceinline__ void limb_tables_copy(uint4* t) {
+    for (int e = threadIdx.x; e < 256; e += blockDim.x)
+        copy_async16((float*)(t + e), (const float*)(limb_tables_built + e));
+    copy_async_commit();
+}
+
 // Eight E2M1 codes (a word, the lowest nibble first) with their chunk's
 // table to four words of two BF16 each (codes 0-1, 2-3, 4-5, 6-7, the lower
 // code in the low half): the magnitudes' bytes by byte permutes, the signs
@@ -371,7 +387,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS
     const Mat* __restrict__ w1s, const Mat* __restrict__ w3s, const float* __restrict__ x, int d,
     const int* __restrict__ idx, const double* __restrict__ wts, int k, const int* __restrict__ pairs, float lim,
     int inter, float* __restrict__ h) {
-    limb_tables(limb_smem);
+    limb_tables_copy(limb_smem);
     await_inputs();
     const int pair = pairs[blockIdx.y];
     const int e = idx[pair];
@@ -384,6 +400,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS
     tile_parts_first(src, rows, i0 < inter, d, ring);
     u16* xs = limb_rows_smem();
     stage_limb_row(x + (size_t)(pair / k) * d, d, xs, d + LIMB_PAD, threadIdx.x, blockDim.x);
+    copy_async_wait_all();  // the tables
     __syncthreads();
     float v[2];
     if (tile_parts(src, rows, i0 < inter, d, xs, ring, limb_part_sums(d), v) && i0 + g < inter)
@@ -396,7 +413,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS
 extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS) expert_down_bf16(
     const Mat* __restrict__ w2s, const float* __restrict__ h, int inter, const int* __restrict__ idx,
     const int* __restrict__ pairs, int d, float* __restrict__ out) {
-    limb_tables(limb_smem);
+    limb_tables_copy(limb_smem);
     await_inputs();
     const int pair = pairs[blockIdx.y];
     const Mat w2 = w2s[idx[pair]];
@@ -409,6 +426,7 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS, LIMB_DECODE_BLOCKS
     tile_parts_first(src, rows, j0 < d, inter, ring);
     u16* xs = limb_rows_smem();
     stage_limb_row(h + (size_t)pair * inter, inter, xs, inter + LIMB_PAD, threadIdx.x, blockDim.x);
+    copy_async_wait_all();  // the tables
     __syncthreads();
     float v[2];
     if (tile_parts(src, rows, j0 < d, inter, xs, ring, limb_part_sums(inter), v)) {
@@ -551,8 +569,9 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_gate_up_bf1
     const Mat* __restrict__ w1s, const Mat* __restrict__ w3s, const u16* __restrict__ xl, int d,
     const int* __restrict__ idx, const double* __restrict__ wts, int k, const int* __restrict__ pairs,
     const int* __restrict__ groups, int ngroups, float lim, int inter, float* __restrict__ h) {
-    limb_tables(limb_smem);
+    limb_tables_copy(limb_smem);
     await_inputs();
+    copy_async_wait_all();  // the tables
     __syncthreads();
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int i0 = 16 * (blockIdx.x * LIMB_WARPS + (threadIdx.x >> 5));
@@ -597,8 +616,9 @@ extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_gate_up_bf1
 extern "C" __global__ void __launch_bounds__(32 * LIMB_WARPS) expert_down_bf16_groups(
     const Mat* __restrict__ w2s, const u16* __restrict__ hl, int inter, const int* __restrict__ idx,
     const int* __restrict__ pairs, const int* __restrict__ groups, int ngroups, int d, float* __restrict__ out) {
-    limb_tables(limb_smem);
+    limb_tables_copy(limb_smem);
     await_inputs();
+    copy_async_wait_all();  // the tables
     __syncthreads();
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const int j0 = 32 * (blockIdx.x * LIMB_WARPS + (threadIdx.x >> 5));

@@ -114,7 +114,7 @@ impl Gpu {
         let sm_count = ctx
             .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(|e| anyhow!("querying device {ordinal}: {e}"))? as usize;
-        Ok(Gpu {
+        let gpu = Gpu {
             ordinal,
             sm_count,
             ctx,
@@ -128,7 +128,12 @@ impl Gpu {
             on_branch: Default::default(),
             kernels,
             resident: Default::default(),
-        })
+        };
+        // the FP4 experts' per-scale BF16 tables, once (kernels/moe_tensor.cu
+        // `limb_tables_fill`): the `tensor` sums' expert kernels copy them
+        crate::launch!(gpu, "limb_tables_fill", Gpu::cfg((1, 1, 1), 256, 0););
+        gpu.sync()?;
+        Ok(gpu)
     }
 
     /// Let this device's kernels and copies reach `peer`'s memory directly

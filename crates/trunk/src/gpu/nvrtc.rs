@@ -82,6 +82,7 @@ pub const KERNELS: &[&str] = &[
     "expert_gate_up_bf16_groups",
     "expert_down_bf16_groups",
     "limb_rows",
+    "limb_tables_fill",
     "linear_bf16_one",
     "linear_bf16_groups",
     "swiglu_rows",
