@@ -19,9 +19,9 @@ g $C synth --preset small --seed 1 --out /tmp/m/small
 g $C gate chunks /tmp/m/small --variant exact --prompt-len 160 --sums tensor --out $OUT/chunks_small_exact.json
 F=synth:flash-shape,layers=4
 g $C gate chunks $F --variant exact --prompt-len 256 --widths 1,256 --sums tensor --out $OUT/chunks_flash4.json
-for r in 1 2; do for X in "$B tensor" "$A tensor" "$M tensor" "$C tensor" "$C exact"; do
+for r in 1 2; do for X in "$B tensor" "$C tensor" "$M tensor" "$A tensor" "$C exact"; do
   set -- $X
-  [ $(el) -lt 300 ] || continue
+  [ $(el) -lt ${GUARD:-300} ] || continue
   TO=90 g $1 bench roofline --layers 4 --contexts 1024 --prefill 0 --sums $2
 done; done
 grep -E "^(## |rc=|decode b1|prefill|breakdown|chunk gate|tf gate|error)" $T | cut -c1-300 | tail -70
