@@ -164,9 +164,14 @@ __device__ __forceinline__ u32 word_of(const uint4& c, int w) {
 }
 
 // FP4 rows (the routed experts): codes and E8M0 scale bytes, one scale a
-// thread's chunk; BF16 by the per-scale tables (`limb_tables`).
+// thread's chunk; BF16 by the per-scale tables (`limb_tables`). The matrices
+// lie in row tiles (gpu/weights.rs `MatLayout::RowTiles`): rows 16 t ..
+// 16 t + 15's K block b is 1 KiB of codes, row after row, then block b + 1's,
+// and the scale bytes likewise (64 a tile's K block), so that a tile's load
+// of 8 rows is 512 contiguous bytes, not 8 runs of 64.
 struct Fp4Limbs {
     static constexpr int AHEAD = 4;  // K blocks a decode tile loads ahead
+    static constexpr int TILE_STEP = 16 * (LIMB_K / 32);  // uint4s (and scale bytes) from a tile's K block to the next
     const uint4* tables;
     struct Row {
         const uint4* codes;
@@ -182,17 +187,18 @@ struct Fp4Limbs {
         uint4 t[R];
     };
     __device__ __forceinline__ static Row row(const Mat& m, int r, int q) {
+        const size_t at = (size_t)(r >> 4) * 16 * (m.cols >> 5) + (r & 15) * (LIMB_K / 32) + q;
         Row lr;
-        lr.codes = (const uint4*)m.data + (size_t)r * (m.cols >> 5) + q;
-        lr.scales = (const u8*)m.scales + (size_t)r * (m.cols >> 5) + q;
+        lr.codes = (const uint4*)m.data + at;
+        lr.scales = (const u8*)m.scales + at;
         return lr;
     }
     template <int R>
     __device__ __forceinline__ void load(const Row (&rows)[R], int b, Block<R>& blk) const {
         #pragma unroll
         for (int r = 0; r < R; r++) {
-            blk.c[r] = __ldg(rows[r].codes + 4 * b);
-            blk.e[r] = __ldg(rows[r].scales + 4 * b);
+            blk.c[r] = __ldg(rows[r].codes + TILE_STEP * b);
+            blk.e[r] = __ldg(rows[r].scales + TILE_STEP * b);
         }
     }
     template <int R>

@@ -174,6 +174,7 @@ ab() { # MEMRA against BASE at decode 1k, ROUNDS (default 3) rooflines of each, 
 }
 same() { # MEMRA's logits of every position against BASE's, bit for bit (cmp): small exact and fp8
   # (96 tokens) and the flash shape (4 layers, 40 tokens); for a change meant to keep every bit
+  # (SUMS=tensor: both on the tensor sums)
   [ -n "${BASE:-}" ] || { echo "same: set BASE to the memra to compare against" | tee -a "$SUMMARY"; return; }
   models
   python3 -c "import json; json.dump({'tokens': [(i*7919) % 31000 + 2 for i in range(96)]}, open('/tmp/m/seq_small.json','w'))"
@@ -182,8 +183,8 @@ same() { # MEMRA's logits of every position against BASE's, bit for bit (cmp): s
            "flash4 exact synth:flash-shape,layers=4 seq_flash"; do
     set -- $c
     rm -f /tmp/m/same_memra.f32 /tmp/m/same_base.f32  # a failed run leaves no file to compare equal
-    step "logits $1 $2 (MEMRA)" $M logits --model $3 --tokens /tmp/m/$4.json --out /tmp/m/same_memra.f32 --backend gpu --variant $2
-    step "logits $1 $2 (BASE)" $BASE logits --model $3 --tokens /tmp/m/$4.json --out /tmp/m/same_base.f32 --backend gpu --variant $2
+    step "logits $1 $2 (MEMRA)" $M logits --model $3 --tokens /tmp/m/$4.json --out /tmp/m/same_memra.f32 --backend gpu --variant $2 ${SUMS:+--sums $SUMS}
+    step "logits $1 $2 (BASE)" $BASE logits --model $3 --tokens /tmp/m/$4.json --out /tmp/m/same_base.f32 --backend gpu --variant $2 ${SUMS:+--sums $SUMS}
     if cmp -s /tmp/m/same_memra.f32 /tmp/m/same_base.f32; then
       echo "same $1 $2: logits identical" | tee -a "$SUMMARY"
     else

@@ -225,7 +225,10 @@ impl Dsv4Gpu {
         let mut stages = Vec::new();
         for (i, r) in ranges.iter().enumerate() {
             let g = gpus[i].clone();
-            let dev = r.clone().map(|l| DevLayer::upload(&g, &weights.layers[l])).collect::<Result<Vec<_>>>()?;
+            let dev = r
+                .clone()
+                .map(|l| DevLayer::upload(&g, &weights.layers[l], opts.sums == ProductSums::Tensor))
+                .collect::<Result<Vec<_>>>()?;
             let last = i + 1 == s;
             stages.push(Stage {
                 layers: r.clone(),

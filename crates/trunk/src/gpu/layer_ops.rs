@@ -10,7 +10,7 @@ use super::products::{
     GROUP_BLOCK, GROUP_TOKENS, LIMB_TOKENS, LIMB_WARPS, MMA_BLOCK, MMA_PAIRS,
 };
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
-use super::weights::DevLayer;
+use super::weights::{DevLayer, MatLayout};
 use crate::config::{AttnKind, ScoringFunc};
 use crate::cpu::ops::indexer;
 use crate::cpu::{Logits, Variant};
@@ -462,6 +462,16 @@ impl Dsv4Gpu {
         // (kernels/moe_tensor.cu, gpu/products.rs `limb_arm`), else the
         // exact sums; prefill and decode alike
         let limbs = self.opts.sums == ProductSums::Tensor && limb_arm(f13, f2, d, inter);
+        // their kernels read the experts in row tiles, the others in rows
+        // (gpu/weights.rs `experts_layout`, at upload)
+        let need = if limbs { MatLayout::RowTiles } else { MatLayout::Rows };
+        if dl.experts_layout != need {
+            anyhow::bail!(
+                "the routed experts lie as {:?} on the device; the {:?} sums' expert kernels read {need:?}",
+                dl.experts_layout,
+                self.opts.sums
+            );
+        }
         let group_pairs = npairs >= EXPERT_GROUP_MIN_PAIRS * ne;
         // the pairs listed by expert into pair_lists (kernels/moe.cu
         // `moe_group_pairs`), and with a groups buffer (not 0) cut into

@@ -9,6 +9,7 @@ use anyhow::{bail, Result};
 use cudarc::driver::DeviceRepr;
 
 use super::device::{Buf, Gpu};
+use super::products::{limb_arm, LIMB_K};
 use crate::weights::matrix::{MatFormat, Matrix};
 use crate::weights::model::{CompressorWeights, Dsv4Weights, ExpertWeights, HcWeights, LayerWeights};
 
@@ -36,6 +37,40 @@ const FMT_BF16: i32 = 1;
 const FMT_FP8: i32 = 2;
 const FMT_FP4: i32 = 3;
 
+/// How a matrix's rows lie in device memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatLayout {
+    /// Row after row, as on the host: what every kernel but the `tensor`
+    /// sums' FP4 ones reads.
+    Rows,
+    /// FP4 only, for the routed experts under the `tensor` sums
+    /// (kernels/moe_tensor.cu `Fp4Limbs`): tiles of 16 rows, each tile's K
+    /// blocks of [`LIMB_K`] columns one after another, a block's 16 rows
+    /// of codes (64 bytes each) row after row, and the E8M0 scale bytes
+    /// likewise (4 a row's block). A warp's load of 8 rows' block is then
+    /// 512 contiguous bytes, not 8 runs of 64. Rows are padded with zero
+    /// bytes to a multiple of 16 (the kernels never read past `rows`).
+    RowTiles,
+}
+
+/// The bytes of `rows` rows of `row_bytes` each in [`MatLayout::RowTiles`]
+/// order, for blocks of `block_bytes` a row (a K block's codes or scale
+/// bytes): byte `j` of row `r` goes to `(r / 16) * 16 * row_bytes +
+/// (j / block_bytes) * 16 * block_bytes + (r % 16) * block_bytes + j %
+/// block_bytes`; the rows past `rows` up to a multiple of 16 are zeros.
+pub fn row_tiles(data: &[u8], rows: usize, row_bytes: usize, block_bytes: usize) -> Vec<u8> {
+    assert!(row_bytes.is_multiple_of(block_bytes) && data.len() == rows * row_bytes);
+    let mut out = vec![0u8; rows.div_ceil(16) * 16 * row_bytes];
+    for (r, row) in data.chunks_exact(row_bytes).enumerate() {
+        let tile = (r / 16) * 16 * row_bytes + (r % 16) * block_bytes;
+        for (b, block) in row.chunks_exact(block_bytes).enumerate() {
+            let at = tile + b * 16 * block_bytes;
+            out[at..at + block_bytes].copy_from_slice(block);
+        }
+    }
+    out
+}
+
 pub struct DevMat {
     _data: Buf<u8>,
     _scales: Option<Buf<u8>>,
@@ -43,19 +78,49 @@ pub struct DevMat {
     /// Whether every weight times its scale is a normal BF16 exactly, so
     /// that the `tensor` sums may take the rows ([`codes_bf16_exactly`]).
     pub bf16_exact: bool,
+    pub layout: MatLayout,
+}
+
+/// The kernels read rows in 16-byte chunks: a format whose row is not a
+/// whole number of chunks goes up as F32 (exact).
+fn whole_chunks(m: &Matrix) -> bool {
+    match &m.format {
+        MatFormat::F32 => m.cols.is_multiple_of(4),
+        MatFormat::BF16 => m.cols.is_multiple_of(8),
+        MatFormat::Fp8 { .. } => m.cols.is_multiple_of(16),
+        MatFormat::Fp4 { .. } | MatFormat::Mxfp4 => m.cols.is_multiple_of(32),
+        _ => true,
+    }
+}
+
+/// The `Mat` format `m` goes up as ([`DevMat::upload`]), before uploading.
+pub fn device_format(m: &Matrix) -> i32 {
+    match &m.format {
+        _ if !whole_chunks(m) => FMT_F32,
+        MatFormat::BF16 => FMT_BF16,
+        MatFormat::Fp8 { .. } => FMT_FP8,
+        MatFormat::Fp4 { .. } | MatFormat::Mxfp4 => FMT_FP4,
+        MatFormat::F32 | MatFormat::F16 | MatFormat::Q8_0 => FMT_F32,
+    }
 }
 
 impl DevMat {
     pub fn upload(gpu: &Gpu, m: &Matrix) -> Result<DevMat> {
-        // the kernels read rows in 16-byte chunks: a format whose row is not a
-        // whole number of chunks goes up as F32 (exact)
-        let whole = match &m.format {
-            MatFormat::F32 => m.cols.is_multiple_of(4),
-            MatFormat::BF16 => m.cols.is_multiple_of(8),
-            MatFormat::Fp8 { .. } => m.cols.is_multiple_of(16),
-            MatFormat::Fp4 { .. } | MatFormat::Mxfp4 => m.cols.is_multiple_of(32),
-            _ => true,
-        };
+        DevMat::upload_as(gpu, m, MatLayout::Rows)
+    }
+
+    /// [`DevMat::upload`] in `layout`: [`MatLayout::RowTiles`] takes FP4
+    /// rows of a multiple of [`LIMB_K`] values only.
+    pub fn upload_as(gpu: &Gpu, m: &Matrix, layout: MatLayout) -> Result<DevMat> {
+        let whole = whole_chunks(m);
+        if layout == MatLayout::RowTiles && (device_format(m) != FMT_FP4 || !m.cols.is_multiple_of(LIMB_K)) {
+            bail!(
+                "a {}x{} weight that goes up as {} cannot lie in row tiles (FP4 rows of a multiple of {LIMB_K} values only)",
+                m.rows,
+                m.cols,
+                ["F32", "BF16", "FP8", "FP4"][device_format(m) as usize]
+            );
+        }
         if !m.cols.is_multiple_of(4) {
             anyhow::bail!("a {}x{} weight: the GPU kernels need rows of a multiple of 4 values", m.rows, m.cols);
         }
@@ -89,6 +154,13 @@ impl DevMat {
         };
         let scaled = codes_scale_exactly(fmt, &bytes, scales.as_deref()) as i32;
         let bf16_exact = codes_bf16_exactly(fmt, &bytes, scales.as_deref());
+        let (bytes, scales) = match layout {
+            MatLayout::Rows => (bytes, scales),
+            MatLayout::RowTiles => {
+                let tiles = |b: &[u8], per_value: usize| row_tiles(b, m.rows, m.cols / per_value, LIMB_K / per_value);
+                (Cow::Owned(tiles(&bytes, 2)), scales.map(|s| tiles(&s, 32)))
+            }
+        };
         let data = gpu.upload(&bytes)?;
         let scales = match scales {
             Some(s) => Some(gpu.upload(&s)?),
@@ -102,7 +174,7 @@ impl DevMat {
             fmt,
             scaled,
         };
-        Ok(DevMat { _data: data, _scales: scales, arg, bf16_exact })
+        Ok(DevMat { _data: data, _scales: scales, arg, bf16_exact, layout })
     }
 }
 
@@ -179,12 +251,28 @@ pub struct DevExpert {
 }
 
 impl DevExpert {
-    fn upload(gpu: &Gpu, e: &ExpertWeights) -> Result<DevExpert> {
+    fn upload(gpu: &Gpu, e: &ExpertWeights, layout: MatLayout) -> Result<DevExpert> {
         Ok(DevExpert {
-            w1: DevMat::upload(gpu, &e.w1)?,
-            w2: DevMat::upload(gpu, &e.w2)?,
-            w3: DevMat::upload(gpu, &e.w3)?,
+            w1: DevMat::upload_as(gpu, &e.w1, layout)?,
+            w2: DevMat::upload_as(gpu, &e.w2, layout)?,
+            w3: DevMat::upload_as(gpu, &e.w3, layout)?,
         })
+    }
+}
+
+/// Where the routed experts of a layer lie in row tiles: under the `tensor`
+/// sums (`tensor_experts`), where every expert's W1, W3 and W2 go up as FP4
+/// and [`limb_arm`] takes their widths (the layer's expert products are
+/// then all `Fp4Limbs` kernels, kernels/moe_tensor.cu).
+pub fn experts_layout(experts: &[ExpertWeights], tensor_experts: bool) -> MatLayout {
+    let fp4 = |m: &Matrix| device_format(m) == FMT_FP4;
+    let tiled = tensor_experts
+        && experts.first().is_some_and(|e| limb_arm(FMT_FP4, FMT_FP4, e.w1.cols, e.w1.rows))
+        && experts.iter().all(|e| fp4(&e.w1) && fp4(&e.w2) && fp4(&e.w3));
+    if tiled {
+        MatLayout::RowTiles
+    } else {
+        MatLayout::Rows
     }
 }
 
@@ -220,12 +308,19 @@ pub struct DevLayer {
     /// Every routed expert's matrices are scaled codes ([`MatArg::scaled`]):
     /// the prefill's experts may take the tensor-core kernels.
     pub experts_scaled: bool,
+    /// How the routed experts' matrices lie ([`experts_layout`]).
+    pub experts_layout: MatLayout,
 }
 
 impl DevLayer {
-    pub fn upload(gpu: &Gpu, l: &LayerWeights) -> Result<DevLayer> {
+    /// The layer's weights on `gpu`; with `tensor_experts` (the `tensor`
+    /// sums), the routed experts in row tiles where [`experts_layout`]
+    /// takes them.
+    pub fn upload(gpu: &Gpu, l: &LayerWeights, tensor_experts: bool) -> Result<DevLayer> {
         let a = &l.attn;
-        let experts: Vec<DevExpert> = l.ffn.experts.iter().map(|e| DevExpert::upload(gpu, e)).collect::<Result<_>>()?;
+        let layout = experts_layout(&l.ffn.experts, tensor_experts);
+        let experts: Vec<DevExpert> =
+            l.ffn.experts.iter().map(|e| DevExpert::upload(gpu, e, layout)).collect::<Result<_>>()?;
         let fmt_of = |f: &dyn Fn(&DevExpert) -> i32, what: &str| -> Result<i32> {
             let first = experts.first().map_or(0, f);
             if let Some(i) = experts.iter().position(|e| f(e) != first) {
@@ -269,12 +364,13 @@ impl DevLayer {
                 .as_ref()
                 .map(|t| gpu.upload(&t.iter().map(|&x| x as i32).collect::<Vec<_>>()))
                 .transpose()?,
-            shared: DevExpert::upload(gpu, &l.ffn.shared)?,
+            shared: DevExpert::upload(gpu, &l.ffn.shared, MatLayout::Rows)?,
             w1s: table(&|e| e.w1.arg)?,
             w2s: table(&|e| e.w2.arg)?,
             w3s: table(&|e| e.w3.arg)?,
             expert_fmts: (f1, f2),
             experts_scaled: experts.iter().all(|e| [&e.w1, &e.w2, &e.w3].iter().all(|m| m.arg.scaled != 0)),
+            experts_layout: layout,
             _experts: experts,
         })
     }
@@ -317,6 +413,82 @@ pub fn device_bytes(w: &Dsv4Weights, layers: std::ops::Range<usize>, embed: bool
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::weights::tensor::Bytes;
+
+    fn fp4(rows: usize, cols: usize, seed: u8) -> Matrix {
+        let data = (0..rows * cols / 2).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+        let scales = (0..rows * cols / 32).map(|i| (i as u8).wrapping_mul(7).wrapping_add(seed)).collect();
+        Matrix { rows, cols, format: MatFormat::Fp4 { scales: Bytes::from_vec(scales) }, data: Bytes::from_vec(data) }
+    }
+
+    #[test]
+    fn row_tiles_put_each_chunk_where_the_tensor_kernels_read_it() {
+        // kernels/moe_tensor.cu `Fp4Limbs`: the address of row r's chunk q of
+        // K block b, in 16-byte chunks of codes (and in scale bytes)
+        let src = include_str!("../../../../kernels/moe_tensor.cu");
+        let at_src = "(size_t)(r >> 4) * 16 * (m.cols >> 5) + (r & 15) * (LIMB_K / 32) + q";
+        assert!(src.contains(at_src) && src.contains("TILE_STEP = 16 * (LIMB_K / 32)"), "the kernels' addresses moved");
+        assert!(src.contains("rows[r].codes + TILE_STEP * b") && src.contains("rows[r].scales + TILE_STEP * b"));
+        let at = |r: usize, b: usize, q: usize, cols: usize| (r >> 4) * 16 * (cols >> 5) + (r & 15) * 4 + q + 64 * b;
+        // 37 rows: the last tile is padded with zero rows
+        let (rows, cols) = (37, 3 * LIMB_K);
+        let m = fp4(rows, cols, 5);
+        let MatFormat::Fp4 { scales } = &m.format else { unreachable!() };
+        let codes = row_tiles(&m.data, rows, cols / 2, LIMB_K / 2);
+        let sc = row_tiles(scales, rows, cols / 32, LIMB_K / 32);
+        assert_eq!((codes.len(), sc.len()), (48 * cols / 2, 48 * cols / 32));
+        for r in 0..rows {
+            for b in 0..cols / LIMB_K {
+                for q in 0..4 {
+                    let (a, chunk) = (at(r, b, q, cols), r * cols / 32 + 4 * b + q);
+                    assert_eq!(
+                        codes[16 * a..16 * a + 16],
+                        m.data[16 * chunk..16 * chunk + 16],
+                        "row {r} block {b} q {q}"
+                    );
+                    assert_eq!(sc[a], scales[chunk], "row {r} block {b} q {q}");
+                }
+            }
+        }
+        for r in rows..48 {
+            for (b, q) in (0..cols / LIMB_K).flat_map(|b| (0..4).map(move |q| (b, q))) {
+                let a = at(r, b, q, cols);
+                assert!(codes[16 * a..16 * a + 16].iter().all(|&x| x == 0) && sc[a] == 0, "padding row {r}");
+            }
+        }
+        // a warp's load of one K block for 8 rows of a tile (lanes g, q) is
+        // 32 consecutive chunks: 512 contiguous bytes
+        for (t, half, b) in [(0, 0, 0), (1, 8, 2), (2, 0, 1)] {
+            let first = at(16 * t + half, b, 0, cols);
+            let got: Vec<usize> = (0..32).map(|lane| at(16 * t + half + lane / 4, b, lane % 4, cols)).collect();
+            assert_eq!(got, (first..first + 32).collect::<Vec<_>>());
+        }
+        // the rows' layout keeps the bytes as they are
+        assert_eq!(row_tiles(&[1, 2, 3, 4], 1, 4, 4), [vec![1, 2, 3, 4], vec![0; 60]].concat());
+    }
+
+    #[test]
+    fn routed_experts_lie_in_row_tiles_only_where_the_tensor_kernels_take_them() {
+        let expert = |w1: Matrix, w2: Matrix, w3: Matrix| ExpertWeights { w1, w2, w3 };
+        let (d, inter) = (2 * LIMB_K, LIMB_K);
+        let fp4s = || expert(fp4(inter, d, 1), fp4(d, inter, 2), fp4(inter, d, 3));
+        let experts = vec![fp4s(), fp4s()];
+        assert_eq!(experts_layout(&experts, true), MatLayout::RowTiles);
+        assert_eq!(experts_layout(&experts, false), MatLayout::Rows);
+        assert_eq!(experts_layout(&[], true), MatLayout::Rows);
+        // one expert's W2 in F32: the layer keeps the exact kernels
+        let f32m = |rows: usize, cols: usize| Matrix {
+            rows,
+            cols,
+            format: MatFormat::F32,
+            data: Bytes::from_vec(vec![0; rows * cols * 4]),
+        };
+        let mixed = vec![fp4s(), expert(fp4(inter, d, 1), f32m(d, inter), fp4(inter, d, 3))];
+        assert_eq!(experts_layout(&mixed, true), MatLayout::Rows);
+        // widths limb_arm does not take (K not a multiple of LIMB_K)
+        let narrow = vec![expert(fp4(inter, d + 32, 1), fp4(d + 32, inter, 2), fp4(inter, d + 32, 3))];
+        assert_eq!(experts_layout(&narrow, true), MatLayout::Rows);
+    }
 
     fn f32s(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
