@@ -49,7 +49,9 @@ pub enum MatLayout {
     /// of codes (64 bytes each) row after row, and the E8M0 scale bytes
     /// likewise (4 a row's block). A warp's load of 8 rows' block is then
     /// 512 contiguous bytes, not 8 runs of 64. Rows are padded with zero
-    /// bytes to a multiple of 16 (the kernels never read past `rows`).
+    /// bytes to a multiple of 16 (the kernels never read past `rows`; the
+    /// experts' rows, I and D, are multiples of `LIMB_K` wherever
+    /// [`limb_arm`] takes them, so none is padded there).
     RowTiles,
 }
 
