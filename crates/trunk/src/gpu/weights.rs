@@ -80,7 +80,6 @@ pub struct DevMat {
     /// Whether every weight times its scale is a normal BF16 exactly, so
     /// that the `tensor` sums may take the rows ([`codes_bf16_exactly`]).
     pub bf16_exact: bool,
-    pub layout: MatLayout,
 }
 
 /// The kernels read rows in 16-byte chunks: a format whose row is not a
@@ -176,7 +175,7 @@ impl DevMat {
             fmt,
             scaled,
         };
-        Ok(DevMat { _data: data, _scales: scales, arg, bf16_exact, layout })
+        Ok(DevMat { _data: data, _scales: scales, arg, bf16_exact })
     }
 }
 
