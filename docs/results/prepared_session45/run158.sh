@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in the forty-fifth session, not run: `moe_route` taking the top k of each warp by shuffles and
-# then the top k of those in warp 0 (route-warps.patch against a1374e0: one barrier instead of 2 a pass; the
+# then the top k of those in warp 0 (route-warps.patch against c4993c3, with a CPU model test of the selection: one barrier instead of 2 a pass; the
 # same experts in the same order, so every bit the same). Build memra with the patch applied and
 # memra_base from main, carry both. Checks: the logits of every position against main's (small exact
 # and fp8, flash shape 4 layers), the chunk gates, then decode 1k rooflines alternating (the predicted
