@@ -298,7 +298,8 @@ impl Dsv4Gpu {
 
     /// The reduction widths (K) of the products on the `tensor` sums, every
     /// layer's in turn (none under [`ProductSums::Exact`]): the routed
-    /// experts' gate/up and down where `limb_arm` takes the layer, and each
+    /// experts' gate/up and down where they lie in row tiles (`limb_arm` took
+    /// the layer at upload, gpu/weights.rs `experts_layout`), and each
     /// attention projection `dense_limbs` takes (gpu/products.rs), for the
     /// band (gates `Realization::GpuTensor`).
     pub fn tensor_widths(&self) -> Vec<usize> {
@@ -317,7 +318,7 @@ impl Dsv4Gpu {
                     widths.push(w.arg.cols as usize);
                 }
             }
-            if super::products::limb_arm(dl.expert_fmts.0, dl.expert_fmts.1, d, inter) {
+            if dl.experts_layout == super::weights::MatLayout::RowTiles {
                 widths.extend([d, inter]);
             }
         }

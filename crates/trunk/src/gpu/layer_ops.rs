@@ -4,10 +4,10 @@
 use anyhow::{Context, Result};
 
 use super::device::Gpu;
-use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass, ProductSums};
+use super::forward::{Dsv4Gpu, Fault, MoeArm, Pass};
 use super::products::{
-    expert_mma_smem, group_smem, limb_arm, limb_parts, limb_smem_groups, limb_smem_one, row_smem, DECODE_WARPS,
-    GROUP_BLOCK, GROUP_TOKENS, LIMB_TOKENS, LIMB_WARPS, MMA_BLOCK, MMA_PAIRS,
+    expert_mma_smem, group_smem, limb_parts, limb_smem_groups, limb_smem_one, row_smem, DECODE_WARPS, GROUP_BLOCK,
+    GROUP_TOKENS, LIMB_TOKENS, LIMB_WARPS, MMA_BLOCK, MMA_PAIRS,
 };
 use super::state::{GpuState, ARGMAX_SLICES, LOGIT_ROWS};
 use super::weights::{DevLayer, MatLayout};
@@ -458,20 +458,11 @@ impl Dsv4Gpu {
         let npairs = n * k;
         // the expert kernels' grids and staged rows
         let (f13, f2) = dl.expert_fmts;
-        // the `tensor` expert sums where the layer's experts take them
-        // (kernels/moe_tensor.cu, gpu/products.rs `limb_arm`), else the
-        // exact sums; prefill and decode alike
-        let limbs = self.opts.sums == ProductSums::Tensor && limb_arm(f13, f2, d, inter);
-        // their kernels read the experts in row tiles, the others in rows
-        // (gpu/weights.rs `experts_layout`, at upload)
-        let need = if limbs { MatLayout::RowTiles } else { MatLayout::Rows };
-        if dl.experts_layout != need {
-            anyhow::bail!(
-                "the routed experts lie as {:?} on the device; the {:?} sums' expert kernels read {need:?}",
-                dl.experts_layout,
-                self.opts.sums
-            );
-        }
+        // the `tensor` expert sums where the layer's experts lie in row tiles
+        // (gpu/weights.rs `experts_layout`: the tensor sums and
+        // gpu/products.rs `limb_arm`, decided at upload; kernels/moe_tensor.cu),
+        // else the exact sums; prefill and decode alike
+        let limbs = dl.experts_layout == MatLayout::RowTiles;
         let group_pairs = npairs >= EXPERT_GROUP_MIN_PAIRS * ne;
         // the pairs listed by expert into pair_lists (kernels/moe.cu
         // `moe_group_pairs`), and with a groups buffer (not 0) cut into
