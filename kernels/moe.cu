@@ -20,6 +20,17 @@ __device__ __forceinline__ double score_of(double l, int func, double mx, double
     return exp(l - mx) / z;
 }
 
+// The larger of (v, i) over the warp, value down then index up (every lane
+// gets it).
+__device__ __forceinline__ void route_warp_max(double& v, int& i) {
+    #pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const double ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, i, o);
+        if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
+    }
+}
+
 // grid (n), block 256; dynamic smem n_experts doubles (the scores) and
 // n_experts floats (the bias, read before the kernel waits for its inputs).
 extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_experts, int k,
@@ -31,8 +42,8 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_exp
     for (int e = threadIdx.x; e < n_experts; e += blockDim.x) bs[e] = bias ? bias[e] : 0.0f;
     await_inputs();
     __shared__ double red[32];
-    __shared__ double bv[32];
-    __shared__ int bi[32];
+    __shared__ double cv[32 * 16];  // each warp's top k (k <= 16)
+    __shared__ int ci[32 * 16];
     __shared__ int chosen[16];
     const int t = blockIdx.x, tid = threadIdx.x;
     const float* l = logits + (size_t)t * n_experts;
@@ -54,33 +65,41 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_exp
     if (tid2eid) {
         if (tid < k) chosen[tid] = tid2eid[(size_t)tokens[t] * k + tid];
     } else {
-        // k passes of a block argmax of score + bias, ties to the lower expert
+        // the top k of score + bias in order (ties to the lower expert): each
+        // warp its own k best by shuffles, then warp 0 the k best of those
+        // (every expert of the block's top k is among its warp's top k, and
+        // the order, value down then expert up, is one total order, so
+        // these are the k passes of a block argmax, with one barrier)
+        const int lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
+        unsigned taken = 0;  // bit j: this thread's j-th expert (e = tid + j blockDim) is in its warp's list
         for (int s = 0; s < k; s++) {
             double best = -1e300;
-            int besti = 0x7fffffff;
-            for (int e = tid; e < n_experts; e += blockDim.x) {
-                bool taken = false;
-                for (int q = 0; q < s; q++) taken |= chosen[q] == e;
-                if (taken) continue;
+            int besti = 0x7fffffff, bestj = -1;
+            for (int e = tid, j = 0; e < n_experts; e += blockDim.x, j++) {
+                if (taken >> j & 1) continue;
                 const double v = sc[e] + (double)bs[e];
-                if (v > best || (v == best && e < besti)) { best = v; besti = e; }
+                if (v > best || (v == best && e < besti)) { best = v; besti = e; bestj = j; }
             }
-            #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                const double ov = __shfl_xor_sync(0xffffffffu, best, o);
-                const int oi = __shfl_xor_sync(0xffffffffu, besti, o);
-                if (ov > best || (ov == best && oi < besti)) { best = ov; besti = oi; }
+            route_warp_max(best, besti);
+            if (bestj >= 0 && besti == tid + bestj * (int)blockDim.x) taken |= 1u << bestj;
+            if (lane == 0) { cv[warp * k + s] = best; ci[warp * k + s] = besti; }
+        }
+        __syncthreads();
+        if (warp == 0) {
+            const int nc = nwarps * k;  // at most 32 warps x 16: the lane's candidates c = lane + 32 m
+            unsigned gone = 0;
+            for (int s = 0; s < k; s++) {
+                double best = -1e300;
+                int besti = 0x7fffffff;
+                for (int c = lane, m = 0; c < nc; c += 32, m++) {
+                    if (gone >> m & 1) continue;
+                    if (cv[c] > best || (cv[c] == best && ci[c] < besti)) { best = cv[c]; besti = ci[c]; }
+                }
+                route_warp_max(best, besti);
+                for (int c = lane, m = 0; c < nc; c += 32, m++)
+                    if (!(gone >> m & 1) && ci[c] == besti) gone |= 1u << m;
+                if (lane == 0) chosen[s] = besti;
             }
-            if ((tid & 31) == 0) { bv[tid >> 5] = best; bi[tid >> 5] = besti; }
-            __syncthreads();
-            if (tid == 0) {
-                double b = bv[0];
-                int i = bi[0];
-                for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-                    if (bv[w] > b || (bv[w] == b && bi[w] < i)) { b = bv[w]; i = bi[w]; }
-                chosen[s] = i;
-            }
-            __syncthreads();
         }
     }
     __syncthreads();

@@ -1337,4 +1337,84 @@ mod tests {
         assert_eq!(radix_threshold(&keys, 10, from_top, |_| false).0, bitwise_threshold(&keys, 10));
         assert_ne!(radix_threshold(&keys, 10, |l, u| 8 * l + u, |_| false).0, bitwise_threshold(&keys, 10));
     }
+
+    /// kernels/moe.cu `moe_route`'s top k: the larger of two (value,
+    /// expert) pairs, value down then expert up.
+    fn route_better(a: (f64, i32), b: (f64, i32)) -> bool {
+        a.0 > b.0 || (a.0 == b.0 && a.1 < b.1)
+    }
+
+    /// k passes of a block argmax of `v` over the experts not yet taken
+    /// (the kernel before the warps' lists).
+    fn route_passes(v: &[f64], k: usize) -> Vec<i32> {
+        let mut chosen: Vec<i32> = Vec::new();
+        for _ in 0..k {
+            let mut best = (-1e300, i32::MAX);
+            for (e, &x) in v.iter().enumerate() {
+                if !chosen.contains(&(e as i32)) && route_better((x, e as i32), best) {
+                    best = (x, e as i32);
+                }
+            }
+            chosen.push(best.1);
+        }
+        chosen
+    }
+
+    /// `moe_route` with the warps' lists: each warp of `block` threads (thread
+    /// t holds experts t, t + block, ...) its own `per_warp` best in order
+    /// (the kernel: k), then the k best of the lists.
+    fn route_warps(v: &[f64], k: usize, per_warp: usize, block: usize) -> Vec<i32> {
+        let mut lists = Vec::new();
+        for w in 0..block / 32 {
+            let mine: Vec<usize> = (0..v.len()).filter(|e| (e % block) / 32 == w).collect();
+            let mut taken: Vec<usize> = Vec::new();
+            for _ in 0..per_warp {
+                let mut best = (-1e300, i32::MAX);
+                for &e in mine.iter().filter(|e| !taken.contains(e)) {
+                    if route_better((v[e], e as i32), best) {
+                        best = (v[e], e as i32);
+                    }
+                }
+                if best.1 != i32::MAX {
+                    taken.push(best.1 as usize);
+                }
+                lists.push(best);
+            }
+        }
+        let mut gone = vec![false; lists.len()];
+        let mut chosen = Vec::new();
+        for _ in 0..k {
+            let mut best = (-1e300, i32::MAX);
+            for (c, &x) in lists.iter().enumerate() {
+                if !gone[c] && route_better(x, best) {
+                    best = x;
+                }
+            }
+            for (c, x) in lists.iter().enumerate() {
+                gone[c] |= x.1 == best.1;
+            }
+            chosen.push(best.1);
+        }
+        chosen
+    }
+
+    #[test]
+    fn route_by_warps_chooses_the_block_argmax_passes() {
+        let src = include_str!("../../../../kernels/moe.cu");
+        assert!(src.contains("if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }"), "the kernel's order moved");
+        let mut rng = Rng::new(11, "route", 0);
+        for (n, k, block) in [(256, 6, 256), (256, 8, 256), (64, 6, 256), (384, 6, 128), (256, 16, 256)] {
+            for round in 0..50 {
+                // few distinct values, so that ties decide many places
+                let levels = if round % 2 == 0 { 4 } else { 1000 };
+                let v: Vec<f64> = (0..n).map(|_| rng.below(levels) as f64 * 0.25 - 1.0).collect();
+                assert_eq!(route_warps(&v, k, k, block), route_passes(&v, k), "n {n} k {k} block {block}");
+            }
+        }
+        // lists shorter than k miss experts where a warp holds several of the
+        // top k
+        let v: Vec<f64> = (0..256).map(|e| if e < 32 { 1.0 + e as f64 } else { 0.0 }).collect();
+        assert_eq!(route_passes(&v, 6), [31, 30, 29, 28, 27, 26]);
+        assert_ne!(route_warps(&v, 6, 5, 256), route_passes(&v, 6));
+    }
 }
