@@ -114,27 +114,28 @@ impl DevMat {
     /// rows of a multiple of [`LIMB_K`] values only.
     pub fn upload_as(gpu: &Gpu, m: &Matrix, layout: MatLayout) -> Result<DevMat> {
         let whole = whole_chunks(m);
-        if layout == MatLayout::RowTiles && (device_format(m) != FMT_FP4 || !m.cols.is_multiple_of(LIMB_K)) {
+        let fmt = device_format(m);
+        if layout == MatLayout::RowTiles && (fmt != FMT_FP4 || !m.cols.is_multiple_of(LIMB_K)) {
             bail!(
                 "a {}x{} weight that goes up as {} cannot lie in row tiles (FP4 rows of a multiple of {LIMB_K} values only)",
                 m.rows,
                 m.cols,
-                ["F32", "BF16", "FP8", "FP4"][device_format(m) as usize]
+                ["F32", "BF16", "FP8", "FP4"][fmt as usize]
             );
         }
         if !m.cols.is_multiple_of(4) {
             anyhow::bail!("a {}x{} weight: the GPU kernels need rows of a multiple of 4 values", m.rows, m.cols);
         }
         // formats the kernels read go up from the host bytes as they are
-        let (bytes, scales, fmt): (Cow<[u8]>, Option<Vec<u8>>, i32) = match &m.format {
-            _ if !whole => (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None, FMT_F32),
-            MatFormat::F32 => (Cow::Borrowed(&m.data[..]), None, FMT_F32),
-            MatFormat::BF16 => (Cow::Borrowed(&m.data[..]), None, FMT_BF16),
+        // (as `fmt`, device_format's choice); the others as F32
+        let (bytes, scales): (Cow<[u8]>, Option<Vec<u8>>) = match &m.format {
+            _ if !whole => (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None),
+            MatFormat::F32 | MatFormat::BF16 => (Cow::Borrowed(&m.data[..]), None),
             MatFormat::Fp8 { scales, block } => {
                 assert_eq!(*block, 128, "FP8 tiles other than 128x128");
-                (Cow::Borrowed(&m.data[..]), Some(scales.iter().flat_map(|s| s.to_le_bytes()).collect()), FMT_FP8)
+                (Cow::Borrowed(&m.data[..]), Some(scales.iter().flat_map(|s| s.to_le_bytes()).collect()))
             }
-            MatFormat::Fp4 { scales } => (Cow::Borrowed(&m.data[..]), Some(scales.to_vec()), FMT_FP4),
+            MatFormat::Fp4 { scales } => (Cow::Borrowed(&m.data[..]), Some(scales.to_vec())),
             MatFormat::Mxfp4 => {
                 // ggml blocks (scale, 16 bytes: low nibbles = first 16) -> pairs, scales apart
                 let nb = m.cols / 32;
@@ -147,11 +148,9 @@ impl DevMat {
                         packed.push(nib(2 * k) | (nib(2 * k + 1) << 4));
                     }
                 }
-                (Cow::Owned(packed), Some(sc), FMT_FP4)
+                (Cow::Owned(packed), Some(sc))
             }
-            MatFormat::F16 | MatFormat::Q8_0 => {
-                (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None, FMT_F32)
-            }
+            MatFormat::F16 | MatFormat::Q8_0 => (m.to_f32().iter().flat_map(|v| v.to_le_bytes()).collect(), None),
         };
         let scaled = codes_scale_exactly(fmt, &bytes, scales.as_deref()) as i32;
         let bf16_exact = codes_bf16_exactly(fmt, &bytes, scales.as_deref());
