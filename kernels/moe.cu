@@ -72,7 +72,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_exp
         // these are the k passes of a block argmax, with one barrier)
         const int lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
         // bit j: this thread's j-th expert (e = tid + j blockDim) is in its warp's list; j < 32 holds while
-        // the scores fit the 48 KiB of shared memory this launch may take (fewer than 4096 experts)
+        // the scores fit the 48 KiB of shared memory this launch may take (gpu/forward.rs MAX_ROUTED_EXPERTS)
         unsigned taken = 0;
         for (int s = 0; s < k; s++) {
             double best = -1e300;

@@ -173,6 +173,38 @@ pub struct VramLine {
     pub total: usize,
 }
 
+/// The most routed experts `moe_route` takes: its scores and biases (12
+/// bytes an expert) and its static lists (6,464 bytes) fit the 48 KiB of
+/// shared memory a launch may take without an opt-in (below 3,557).
+pub(crate) const MAX_ROUTED_EXPERTS: usize = 3_500;
+
+/// The shapes the GPU kernels are written for, checked before anything is
+/// uploaded: kernels/hc.cu HC_MAX, moe.cu's chosen[16] and `moe_route`'s
+/// shared memory, attention.cu ATT_Q4 (float4 rows), indexer.cu IDX_KM and
+/// IDX_HEADS.
+pub(crate) fn check_kernel_bounds(cfg: &Dsv4Config) -> Result<()> {
+    let bounds: [(&str, usize, usize, usize); 6] = [
+        ("hc_mult", cfg.hc_mult, 8, 1),
+        ("num_experts_per_tok", cfg.num_experts_per_tok, 16, 1),
+        ("n_routed_experts", cfg.n_routed_experts, MAX_ROUTED_EXPERTS, 1),
+        ("head_dim", cfg.head_dim, 512, 4),
+        ("index_head_dim", cfg.index_head_dim, 128, 4),
+        ("index_n_heads", cfg.index_n_heads, 64, 1),
+    ];
+    let problems: Vec<String> = bounds
+        .iter()
+        .filter(|&&(_, v, max, mult)| v > max || !v.is_multiple_of(mult))
+        .map(|&(name, v, max, mult)| match mult {
+            1 => format!("{name} = {v} (at most {max})"),
+            _ => format!("{name} = {v} (at most {max}, a multiple of {mult})"),
+        })
+        .collect();
+    if !problems.is_empty() {
+        bail!("the GPU kernels do not support this config: {}", problems.join(", "));
+    }
+    Ok(())
+}
+
 impl Dsv4Gpu {
     /// Split the layers over `devices` and upload the weights; refuses up
     /// front, with the numbers, a split that does not fit.
@@ -181,26 +213,7 @@ impl Dsv4Gpu {
         if devices.is_empty() {
             bail!("no devices given");
         }
-        // kernels/hc.cu HC_MAX, moe.cu's chosen[16], attention.cu ATT_Q4 (float4 rows), indexer.cu
-        // IDX_KM and IDX_HEADS
-        if cfg.hc_mult > 8
-            || cfg.num_experts_per_tok > 16
-            || cfg.head_dim > 512
-            || !cfg.head_dim.is_multiple_of(4)
-            || cfg.index_head_dim > 128
-            || !cfg.index_head_dim.is_multiple_of(4)
-            || cfg.index_n_heads > 64
-        {
-            bail!(
-                "the GPU kernels support hc_mult <= 8, num_experts_per_tok <= 16, head_dim <= 512 (a multiple \
-                 of 4), index_head_dim <= 128 (a multiple of 4) and index_n_heads <= 64 (this config: {}, {}, {}, {}, {})",
-                cfg.hc_mult,
-                cfg.num_experts_per_tok,
-                cfg.head_dim,
-                cfg.index_head_dim,
-                cfg.index_n_heads
-            );
-        }
+        check_kernel_bounds(&cfg)?;
         let n = cfg.num_hidden_layers;
         let s = devices.len().min(n);
         let ranges: Vec<Range<usize>> = (0..s).map(|i| (i * n / s)..((i + 1) * n / s)).collect();
@@ -821,7 +834,27 @@ impl Dsv4Gpu {
 
 #[cfg(test)]
 mod tests {
-    use super::{Fault, ProductSums};
+    use super::{check_kernel_bounds, Fault, ProductSums, MAX_ROUTED_EXPERTS};
+    use crate::synth::Preset;
+
+    #[test]
+    fn kernel_bounds_name_each_field_out_of_range() {
+        let ok = Preset::Tiny.config();
+        check_kernel_bounds(&ok).unwrap();
+        let mut c = ok.clone();
+        c.n_routed_experts = MAX_ROUTED_EXPERTS;
+        check_kernel_bounds(&c).unwrap();
+        c.n_routed_experts = MAX_ROUTED_EXPERTS + 1;
+        c.head_dim = 510;
+        let e = check_kernel_bounds(&c).unwrap_err().to_string();
+        assert!(e.contains("n_routed_experts = 3501 (at most 3500)"), "{e}");
+        assert!(e.contains("head_dim = 510 (at most 512, a multiple of 4)"), "{e}");
+        assert!(!e.contains("hc_mult"), "{e}");
+        let mut c = ok.clone();
+        c.index_n_heads = 65;
+        let e = check_kernel_bounds(&c).unwrap_err().to_string();
+        assert!(e.contains("index_n_heads = 65"), "{e}");
+    }
 
     #[test]
     fn faults_parse_from_the_command_line_form() {
