@@ -71,14 +71,23 @@ __device__ __forceinline__ void load_row4(const float* row, int hd, int lane, fl
 // bytes: the heads' logits (then weights) and the key row addresses,
 // reused for one head's partial outputs at a time; red: 32 shared doubles
 // (the kernel's one static array, whatever instantiations it calls).
-template <int HPB, int KEYS, int CL>
+// NORM: the queries are read as wq_b wrote them, and each warp normalizes
+// (no weight, `eps`) and rotates its copy of the row in registers with
+// rms_norm_rope_warps' sums and roundings (norm_rope_lane: a lane holds the
+// same float4s there and here), so the logits see the bits that kernel
+// would have written (hd / 4 - npairs / 2 a whole number of float4s). The
+// rotations come from `rot` (the token's npairs (cos, sin) as rope_angle
+// takes them, written by rms_norm_f32_key_rope for the key at the same
+// position), the output's inverse ones too (the same cos, the sine negated).
+template <int HPB, int KEYS, int CL, bool NORM = false>
 __device__ __forceinline__ void attention_heads(const float* __restrict__ q, const float* __restrict__ ring,
                                                 int ring_rows, const float* __restrict__ local,
                                                 const float* __restrict__ entries, const int* __restrict__ sel,
                                                 int topk, int mode, int ratio, int t0, int window,
                                                 const float* __restrict__ sinks, int hd, double scale,
                                                 const float* __restrict__ inv_freq, int npairs, int rope_pos0,
-                                                float* __restrict__ out, double* red) {
+                                                float eps, const float* __restrict__ rot, float* __restrict__ out,
+                                                double* red) {
     extern __shared__ double logits[];  // HPB x nk logits, then nk key row addresses
     const int t = blockIdx.x, h0 = blockIdx.y * HPB, heads = gridDim.y * HPB;
     int first, nwin;
@@ -87,11 +96,26 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     const float** keys = (const float**)(logits + HPB * nk);
     for (int j = threadIdx.x; j < nk; j += blockDim.x)
         keys[j] = key_row(j, nwin, first, t0, ring, ring_rows, local, entries, sel, t, topk, mode, hd);
+    const int r0 = hd - 2 * npairs;
+    NormRopeLane qe;  // NORM: this lane's rotations (no weight)
+    if (NORM) {
+        const float4* rt = (const float4*)(rot + (size_t)t * 2 * npairs);
+        #pragma unroll
+        for (int m = 0; m < ATT_Q4; m++) {
+            const int e = 128 * m + 4 * lane;
+            const float4 cs = e >= r0 && e < hd ? rt[(e - r0) >> 2] : make_float4(1.0f, 0.0f, 1.0f, 0.0f);
+            qe.c[m][0] = cs.x;
+            qe.s[m][0] = cs.y;
+            qe.c[m][1] = cs.z;
+            qe.s[m][1] = cs.w;
+        }
+    }
     double qd[HPB][4 * ATT_Q4];
     #pragma unroll
     for (int hh = 0; hh < HPB; hh++) {
         float4 qv[ATT_Q4];
         load_row4(q + ((size_t)t * heads + h0 + hh) * hd, hd, lane, qv);
+        if (NORM) norm_rope_lane(qv, nullptr, hd >> 2, r0 >> 2, hd, eps, qe);
         #pragma unroll
         for (int m = 0; m < ATT_Q4; m++) {
             qd[hh][4 * m] = qv[m].x;
@@ -264,9 +288,15 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         }
         __syncthreads();  // the row written above, rotated back (rope_rows inverse) in place
         // the pairs among this block's elements (a pair never straddles two blocks: e0, e1 even)
-        const int r0 = hd - 2 * npairs;
-        rope_pairs(orow + r0, (float)(rope_pos0 + t), inv_freq, max(0, (e0 - r0) / 2), min(npairs, (e1 - r0) / 2),
-                   true);
+        const int i0 = max(0, (e0 - r0) / 2), i1 = min(npairs, (e1 - r0) / 2);
+        if (NORM) {
+            for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+                const float2 cs = ((const float2*)(rot + (size_t)t * 2 * npairs))[i];
+                rotate_pair(&orow[r0 + 2 * i], &orow[r0 + 2 * i + 1], cs.x, -cs.y);
+            }
+        } else {
+            rope_pairs(orow + r0, (float)(rope_pos0 + t), inv_freq, i0, i1, true);
+        }
     }
 }
 
@@ -281,7 +311,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows(const float* __
     await_inputs();
     __shared__ double red[32];
     attention_heads<1, ATT_KEYS, 1>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks,
-                                    hd, scale, inv_freq, npairs, rope_pos0, out, red);
+                                    hd, scale, inv_freq, npairs, rope_pos0, 0.0f, nullptr, out, red);
 }
 
 // One head of one token a cluster of two blocks (decode, where one head a
@@ -297,7 +327,24 @@ extern "C" __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(512)
     await_inputs();
     __shared__ double red[32];
     attention_heads<1, ATT_KEYS, 2>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks,
-                                    hd, scale, inv_freq, npairs, rope_pos0, out, red);
+                                    hd, scale, inv_freq, npairs, rope_pos0, 0.0f, nullptr, out, red);
+}
+
+// attention_rows_pair on the heads' rows as wq_b wrote them: each warp
+// normalizes (eps, no weight) and rotates its head's query itself
+// (attention_heads' NORM, the rotations from `rot`), in place of
+// rms_norm_rope_warps' launch before it (the key's row and `rot` come from
+// rms_norm_f32_key_rope, before wq_b).
+extern "C" __global__ void __cluster_dims__(1, 1, 2) __launch_bounds__(512)
+    attention_rows_pair_normed(const float* __restrict__ q, const float* __restrict__ ring, int ring_rows,
+                               const float* __restrict__ local, const float* __restrict__ entries,
+                               const int* __restrict__ sel, int topk, int mode, int ratio, int t0, int window,
+                               const float* __restrict__ sinks, int hd, double scale, int npairs, float eps,
+                               const float* __restrict__ rot, float* __restrict__ out) {
+    await_inputs();
+    __shared__ double red[32];
+    attention_heads<1, ATT_KEYS, 2, true>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window,
+                                          sinks, hd, scale, nullptr, npairs, 0, eps, rot, out, red);
 }
 
 // Two heads of one token a block, each key row loaded once for both (the 64
@@ -313,7 +360,7 @@ extern "C" __global__ void __launch_bounds__(512) attention_rows_h2(const float*
     await_inputs();
     __shared__ double red[32];
     attention_heads<2, 2, 1>(q, ring, ring_rows, local, entries, sel, topk, mode, ratio, t0, window, sinks, hd, scale,
-                             inv_freq, npairs, rope_pos0, out, red);
+                             inv_freq, npairs, rope_pos0, 0.0f, nullptr, out, red);
 }
 
 // ---- The prefill's attention on the FP64 tensor cores ----

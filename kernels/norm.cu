@@ -132,39 +132,39 @@ extern "C" __global__ void rms_norm_rope(float* x, const float* __restrict__ w, 
 // the same normalized floats, with their angles taken before the wait).
 // No barrier, one write a value: the same bits.
 #define NORM_ROPE_WARPS 4
-extern "C" __global__ void __launch_bounds__(32 * NORM_ROPE_WARPS)
-    rms_norm_rope_warps(float* x, const float* __restrict__ w, int heads, int rows, float* x2,
-                        const float* __restrict__ w2, int n2, int width, float eps, const float* __restrict__ inv_freq,
-                        int npairs, int pos0) {
-    const int lane = threadIdx.x & 31, at = blockIdx.x * NORM_ROPE_WARPS + (threadIdx.x >> 5);
-    const bool live = at < rows + n2, second = at >= rows;
-    const int row = second ? at - rows : at, n4 = width >> 2, r4 = (width - 2 * npairs) >> 2;
-    const float* g = second ? w2 : w;
-    const float p = (float)(pos0 + (second ? row : row / heads));
+
+// A lane's part of rms_norm_rope_warps' row (float4s q = lane + 32 u, u <
+// 4, of a row of n4 float4s whose rotated part starts at float4 r4): the
+// weight's float4s (ones where there is none) and its pairs' rotations at
+// position p, taken before the kernel waits for its inputs.
+struct NormRopeLane {
     float4 gw[4];
     float c[4][2], s[4][2];
+};
+__device__ __forceinline__ void norm_rope_lane_early(const float* __restrict__ g, bool live, int n4, int r4, float p,
+                                                     const float* __restrict__ inv_freq, NormRopeLane& e) {
+    const int lane = threadIdx.x & 31;
     #pragma unroll
     for (int u = 0; u < 4; u++) {
         const int q = lane + 32 * u;
-        gw[u] = g && live && q < n4 ? ((const float4*)g)[q] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
-        c[u][0] = c[u][1] = 1.0f;
-        s[u][0] = s[u][1] = 0.0f;
+        e.gw[u] = g && live && q < n4 ? ((const float4*)g)[q] : make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        e.c[u][0] = e.c[u][1] = 1.0f;
+        e.s[u][0] = e.s[u][1] = 0.0f;
         if (live && q < n4 && q >= r4) {
             const int i = 2 * (q - r4);
-            rope_angle(p, inv_freq[i], false, c[u][0], s[u][0]);
-            rope_angle(p, inv_freq[i + 1], false, c[u][1], s[u][1]);
+            rope_angle(p, inv_freq[i], false, e.c[u][0], e.s[u][0]);
+            rope_angle(p, inv_freq[i + 1], false, e.c[u][1], e.s[u][1]);
         }
     }
-    await_inputs();
-    if (!live) return;
-    float4* x4 = (float4*)((second ? x2 : x) + (size_t)row * width);
-    float4 v[4];
+}
+
+// The row normalized and rotated in the lanes' registers (v: the lane's
+// float4s, zeros past n4; every lane of the warp takes part): the sums and
+// roundings of rms_norm_rope_warps, below.
+__device__ __forceinline__ void norm_rope_lane(float4 (&v)[4], const float* g, int n4, int r4, int width, float eps,
+                                               const NormRopeLane& e) {
+    const int lane = threadIdx.x & 31;
     double part[4];
-    #pragma unroll
-    for (int u = 0; u < 4; u++) {
-        const int q = lane + 32 * u;
-        v[u] = q < n4 ? x4[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
     #pragma unroll
     for (int u = 0; u < 4; u++) {
         double ss = 0.0;
@@ -184,13 +184,84 @@ extern "C" __global__ void __launch_bounds__(32 * NORM_ROPE_WARPS)
     for (int u = 0; u < 4; u++) {
         const int q = lane + 32 * u;
         if (q < n4) {
-            float a = norm_one(v[u].x, r, gw[u].x, g), b = norm_one(v[u].y, r, gw[u].y, g);
-            float e = norm_one(v[u].z, r, gw[u].z, g), f = norm_one(v[u].w, r, gw[u].w, g);
+            float a = norm_one(v[u].x, r, e.gw[u].x, g), b = norm_one(v[u].y, r, e.gw[u].y, g);
+            float c = norm_one(v[u].z, r, e.gw[u].z, g), d = norm_one(v[u].w, r, e.gw[u].w, g);
             if (q >= r4) {
-                rotate_pair(&a, &b, c[u][0], s[u][0]);
-                rotate_pair(&e, &f, c[u][1], s[u][1]);
+                rotate_pair(&a, &b, e.c[u][0], e.s[u][0]);
+                rotate_pair(&c, &d, e.c[u][1], e.s[u][1]);
             }
-            x4[q] = make_float4(a, b, e, f);
+            v[u] = make_float4(a, b, c, d);
         }
     }
+}
+
+// One row by one warp, in place (norm_rope_lane_early before the wait).
+__device__ __forceinline__ void norm_rope_warp_row(float* row, const float* g, int n4, int r4, int width, float eps,
+                                                   const NormRopeLane& e) {
+    const int lane = threadIdx.x & 31;
+    float4* x4 = (float4*)row;
+    float4 v[4];
+    #pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int q = lane + 32 * u;
+        v[u] = q < n4 ? x4[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    norm_rope_lane(v, g, n4, r4, width, eps, e);
+    #pragma unroll
+    for (int u = 0; u < 4; u++)
+        if (lane + 32 * u < n4) x4[lane + 32 * u] = v[u];
+}
+
+extern "C" __global__ void __launch_bounds__(32 * NORM_ROPE_WARPS)
+    rms_norm_rope_warps(float* x, const float* __restrict__ w, int heads, int rows, float* x2,
+                        const float* __restrict__ w2, int n2, int width, float eps, const float* __restrict__ inv_freq,
+                        int npairs, int pos0) {
+    const int at = blockIdx.x * NORM_ROPE_WARPS + (threadIdx.x >> 5);
+    const bool live = at < rows + n2, second = at >= rows;
+    const int row = second ? at - rows : at, n4 = width >> 2, r4 = (width - 2 * npairs) >> 2;
+    const float* g = second ? w2 : w;
+    NormRopeLane e;
+    norm_rope_lane_early(g, live, n4, r4, (float)(pos0 + (second ? row : row / heads)), inv_freq, e);
+    await_inputs();
+    if (!live) return;
+    norm_rope_warp_row((second ? x2 : x) + (size_t)row * width, g, n4, r4, width, eps, e);
+}
+
+// The query's latent norm and the keys' norm and rotation of a decode step
+// in one launch, each row as its own kernel forms it: blocks 0 .. rows - 1
+// rms_norm_f32 (rows of x, weight w, width), the next blocks n2 rows of x2
+// (weight w2, width2, token t at position pos0 + t), a warp a row as
+// rms_norm_rope_warps (layer_ops.rs `norm_rope_warps` widths), and each
+// key row's rotations (npairs (cos, sin) a token, rope_angle's) written to
+// rot: the heads' rows at the same positions are left to the attention
+// (attention_rows_pair_normed), which takes them from there. grid (rows +
+// ceil(n2 / KEY_ROPE_WARPS)), block 256.
+#define KEY_ROPE_WARPS 8
+extern "C" __global__ void __launch_bounds__(32 * KEY_ROPE_WARPS)
+    rms_norm_f32_key_rope(float* x, const float* __restrict__ w, int width, int rows, float* x2,
+                          const float* __restrict__ w2, int n2, int width2, float eps,
+                          const float* __restrict__ inv_freq, int npairs, int pos0, float* __restrict__ rot) {
+    if ((int)blockIdx.x < rows) {
+        NormWeight nw;
+        norm_weight_early(w, width, nw);
+        await_inputs();
+        __shared__ double red[32];
+        float* xr = x + (size_t)blockIdx.x * width;
+        rms_norm_row(xr, xr, w, width, eps, red, nw);
+        return;
+    }
+    const int row = (blockIdx.x - rows) * KEY_ROPE_WARPS + (threadIdx.x >> 5);
+    const bool live = row < n2;
+    const int n4 = width2 >> 2, r4 = (width2 - 2 * npairs) >> 2;
+    NormRopeLane e;
+    norm_rope_lane_early(w2, live, n4, r4, (float)(pos0 + row), inv_freq, e);
+    await_inputs();
+    if (!live) return;
+    float4* rt = (float4*)(rot + (size_t)row * 2 * npairs);
+    #pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int q = (threadIdx.x & 31) + 32 * u;
+        if (q < n4 && q >= r4) rt[q - r4] = make_float4(e.c[u][0], e.s[u][0], e.c[u][1], e.s[u][1]);
+    }
+    norm_rope_warp_row(x2 + (size_t)row * width2, w2, n4, r4, width2, eps, e);
 }

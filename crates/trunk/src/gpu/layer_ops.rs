@@ -148,6 +148,11 @@ pub(super) fn norm_rope_block(width: usize, npairs: usize) -> u32 {
 /// `NORM_ROPE_WARPS`: a warp a row).
 pub(super) const NORM_ROPE_WARPS: usize = 4;
 
+/// Key rows a block of `rms_norm_f32_key_rope` takes after its latent rows
+/// (kernels/norm.cu `KEY_ROPE_WARPS`: a warp a row; its latent rows' blocks
+/// are `rms_norm_f32`'s 256 threads).
+const KEY_ROPE_WARPS: usize = 8;
+
 /// Whether `rms_norm_rope_warps` takes rows of `width` values with
 /// `npairs` rotated pairs (16-byte aligned rows and weights): where
 /// `rms_norm_rope` takes blocks of 128 threads, whose work its lanes do
@@ -298,8 +303,25 @@ impl Dsv4Gpu {
                 Ok(())
             })?;
         }
+        // one head a cluster of two blocks (decode, where one head a block
+        // would leave half the SMs idle; the kernel chosen below): these
+        // blocks normalize and rotate their own head's query, and the key's
+        // row is taken in the query latent's norm launch, off the path, with
+        // the rotations the queries take at the same position (`sc.rot`):
+        // the same sums and roundings as `NormRope`'s warps
+        let pair = n * nh <= g.sm_count / 2 && hd > ATTENTION_SPLIT_MIN_DIM;
+        let heads_in_attention = pair
+            && norm_rope_warps(hd, npairs as usize)
+            && [sc.q.ptr, sc.kv.ptr, dl.kv_norm.ptr, sc.rot.ptr].iter().all(|p| p % 16 == 0);
         self.proj_pair(g, sc, &dl.wq_a, &dl.wkv, hq, sc.qr.ptr, sc.kv.ptr, n)?;
-        self.norm(g, sc.qr.ptr, dl.q_norm.ptr, n, c.q_lora_rank)?;
+        if heads_in_attention {
+            let blocks = (n + n.div_ceil(KEY_ROPE_WARPS)) as u32;
+            launch!(g, "rms_norm_f32_key_rope", Gpu::cfg((blocks, 1, 1), (32 * KEY_ROPE_WARPS) as u32, 0);
+                sc.qr.ptr, dl.q_norm.ptr, c.q_lora_rank as i32, n as i32, sc.kv.ptr, dl.kv_norm.ptr, n as i32,
+                hd as i32, eps, rope, npairs, pos0, sc.rot.ptr);
+        } else {
+            self.norm(g, sc.qr.ptr, dl.q_norm.ptr, n, c.q_lora_rank)?;
+        }
         let qrq = self.act(g, &sc.qr, &sc.qrq, n, c.q_lora_rank)?;
         // the indexer's queries read the same input: one launch for both
         // where they pair (`lin_pair`: one format and width, one token);
@@ -316,21 +338,23 @@ impl Dsv4Gpu {
         }
         // each head's query normalized (no weight) and rotated, and the key
         // (with its norm's weight), in one launch
-        NormRope {
-            x: sc.q.ptr,
-            w: 0,
-            heads: nh,
-            rows: n * nh,
-            x2: sc.kv.ptr,
-            w2: dl.kv_norm.ptr,
-            n2: n,
-            width: hd,
-            eps,
-            inv_freq: rope,
-            npairs: npairs as usize,
-            pos0: pos0 as usize,
+        if !heads_in_attention {
+            NormRope {
+                x: sc.q.ptr,
+                w: 0,
+                heads: nh,
+                rows: n * nh,
+                x2: sc.kv.ptr,
+                w2: dl.kv_norm.ptr,
+                n2: n,
+                width: hd,
+                eps,
+                inv_freq: rope,
+                npairs: npairs as usize,
+                pos0: pos0 as usize,
+            }
+            .launch(g)?;
         }
-        .launch(g)?;
         if fp8 {
             let nope = hd - rd;
             launch!(g, "kv_fp8_rows", Gpu::cfg((n as u32, nope.div_ceil(64) as u32, 1), 64, 0); sc.kv.ptr, hd as i32, nope as i32);
@@ -391,8 +415,8 @@ impl Dsv4Gpu {
         let two = nh % 2 == 0 && n * nh / 2 >= 2 * g.sm_count && max_keys <= ATTENTION_H2_MAX_KEYS;
         // else one head a block on at most half the SMs (decode): each head
         // a cluster of two blocks, each computing half of the logits and
-        // half of the output's elements
-        let pair = !two && n * nh <= g.sm_count / 2 && hd > ATTENTION_SPLIT_MIN_DIM;
+        // half of the output's elements (`pair` above; never with `two`)
+        let pair = !two && pair;
         // the row kernels' logits (and addresses), then their groups' partials in the same memory
         let rows_smem = |per_key: usize| (max_keys * per_key).max(ATTENTION_GROUP_PARTIALS * hd * 8);
         let (kernel, heads_per_block, split, smem) = match (mma_smem, two, pair) {
@@ -401,10 +425,19 @@ impl Dsv4Gpu {
             (None, false, true) => ("attention_rows_pair", 1, 2, rows_smem(ATTENTION_SMEM_PER_KEY)),
             (None, false, false) => ("attention_rows", 1, 1, rows_smem(ATTENTION_SMEM_PER_KEY)),
         };
-        launch!(g, kernel, Gpu::cfg((n as u32, (nh / heads_per_block) as u32, split), 512, smem as u32);
-            sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
-            t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, 1.0f64 / (hd as f64).sqrt(), rope, npairs,
-            pos0, sc.attn.ptr);
+        let cfg = Gpu::cfg((n as u32, (nh / heads_per_block) as u32, split), 512, smem as u32);
+        let scale = 1.0f64 / (hd as f64).sqrt();
+        if heads_in_attention {
+            anyhow::ensure!(pair, "layer {l}: the heads' norm was left to a kernel that does not take it");
+            launch!(g, "attention_rows_pair_normed", cfg;
+                sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
+                t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, scale, npairs, eps, sc.rot.ptr,
+                sc.attn.ptr);
+        } else {
+            launch!(g, kernel, cfg;
+                sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
+                t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, scale, rope, npairs, pos0, sc.attn.ptr);
+        }
         if pass == Pass::Commit {
             // beside the output projection; joined with the shared
             // expert's branch at the end of the layer's MoE (`moe`), before
@@ -717,6 +750,7 @@ mod tests {
     #[test]
     fn norm_rope_warps_keep_the_sums() {
         assert_eq!(kernel_define("norm.cu", "NORM_ROPE_WARPS"), super::NORM_ROPE_WARPS);
+        assert_eq!(kernel_define("norm.cu", "KEY_ROPE_WARPS"), super::KEY_ROPE_WARPS);
         let mut rng = Rng::new(8, "norm-rope-warps", 0);
         let mut teeth = false;
         for width in [16, 64, 128, 256, 512] {
@@ -852,6 +886,7 @@ mod tests {
         };
         assert_eq!(body("attention_rows"), "1");
         assert_eq!(body("attention_rows_pair"), "1");
+        assert_eq!(body("attention_rows_pair_normed"), "1");
         assert_eq!(body("attention_rows_h2"), "2");
     }
 

@@ -30,6 +30,10 @@ pub struct Scratch {
     pub qrq: Buf<f32>,
     pub q: Buf<f32>,
     pub kv: Buf<f32>,
+    /// Each token's rotations (cos, sin of its rotated pairs: `hd` floats at
+    /// most), written with its key for the attention's queries
+    /// (kernels/norm.cu `rms_norm_f32_key_rope`).
+    pub rot: Buf<f32>,
     pub attn: Buf<f32>,
     pub oa: Buf<f32>,
     pub oaq: Buf<f32>,
@@ -153,7 +157,7 @@ impl ScratchDims {
             + 2 * self.d
             + 2 * self.q_lora
             + 2 * self.heads_x_hd
-            + self.hd
+            + 2 * self.hd
             + 2 * self.go
             + self.d
             + 2 * self.cw
@@ -214,6 +218,7 @@ impl ScratchDims {
             qrq: f(w * self.q_lora)?,
             q: f(w * self.heads_x_hd)?,
             kv: f(w * self.hd)?,
+            rot: f(w * self.hd)?,
             attn: f(w * self.heads_x_hd)?,
             oa: f(w * self.go)?,
             oaq: f(w * self.go)?,
