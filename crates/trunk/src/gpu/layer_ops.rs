@@ -428,7 +428,10 @@ impl Dsv4Gpu {
         let cfg = Gpu::cfg((n as u32, (nh / heads_per_block) as u32, split), 512, smem as u32);
         let scale = 1.0f64 / (hd as f64).sqrt();
         if heads_in_attention {
-            anyhow::ensure!(pair, "layer {l}: the heads' norm was left to a kernel that does not take it");
+            anyhow::ensure!(
+                kernel == "attention_rows_pair",
+                "layer {l}: the heads' norm was left to {kernel}, which does not take it"
+            );
             launch!(g, "attention_rows_pair_normed", cfg;
                 sc.q.ptr, kv_ring.ptr, kv_ring.rows as i32, sc.kv.ptr, entries, sel, topk, mode, ratio as i32,
                 t0 as i32, c.sliding_window as i32, dl.sink.ptr, hd as i32, scale, npairs, eps, sc.rot.ptr,
