@@ -415,8 +415,7 @@ impl Dsv4Gpu {
         let two = nh % 2 == 0 && n * nh / 2 >= 2 * g.sm_count && max_keys <= ATTENTION_H2_MAX_KEYS;
         // else one head a block on at most half the SMs (decode): each head
         // a cluster of two blocks, each computing half of the logits and
-        // half of the output's elements (`pair` above; never with `two`)
-        let pair = !two && pair;
+        // half of the output's elements (`pair` above)
         // the row kernels' logits (and addresses), then their groups' partials in the same memory
         let rows_smem = |per_key: usize| (max_keys * per_key).max(ATTENTION_GROUP_PARTIALS * hd * 8);
         let (kernel, heads_per_block, split, smem) = match (mma_smem, two, pair) {
