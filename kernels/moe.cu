@@ -3,7 +3,7 @@
 // moe_route: per token, scores = sqrt(softplus(logit)) (func 0), sigmoid (1)
 //   or softmax (2); the top-k of score + bias (ties to the lower expert) or
 //   tid2eid[token]; weights = chosen scores / (sum + 1e-20) * scaling.
-//   grid (n), block 32.
+//   grid (n), block 256.
 // expert_gate_up: for pair (token, slot) and row i of the expert:
 //   h = silu(min(x.W1_i, lim)) * clamp(x.W3_i, -lim, lim) * weight.
 //   `pairs` lists the pair ids a launch covers (all of them for the fused
@@ -20,14 +20,20 @@ __device__ __forceinline__ double score_of(double l, int func, double mx, double
     return exp(l - mx) / z;
 }
 
-// The larger of (v, i) over the warp, value down then index up (every lane
-// gets it).
+// Whether expert i of score v comes before expert bi of score b in the
+// routing order: value down, then expert up (one total order).
+__device__ __forceinline__ bool route_before(double v, int i, double b, int bi) {
+    return v > b || (v == b && i < bi);
+}
+
+// The first of (v, i) over the warp in the routing order (every lane gets
+// it).
 __device__ __forceinline__ void route_warp_max(double& v, int& i) {
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const double ov = __shfl_xor_sync(0xffffffffu, v, o);
         const int oi = __shfl_xor_sync(0xffffffffu, i, o);
-        if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }
+        if (route_before(ov, oi, v, i)) { v = ov; i = oi; }
     }
 }
 
@@ -80,7 +86,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_exp
             for (int e = tid, j = 0; e < n_experts; e += blockDim.x, j++) {
                 if (taken >> j & 1) continue;
                 const double v = sc[e] + (double)bs[e];
-                if (v > best || (v == best && e < besti)) { best = v; besti = e; bestj = j; }
+                if (route_before(v, e, best, besti)) { best = v; besti = e; bestj = j; }
             }
             route_warp_max(best, besti);
             if (bestj >= 0 && besti == tid + bestj * (int)blockDim.x) taken |= 1u << bestj;
@@ -95,7 +101,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_exp
                 int besti = 0x7fffffff;
                 for (int c = lane, m = 0; c < nc; c += 32, m++) {
                     if (gone >> m & 1) continue;
-                    if (cv[c] > best || (cv[c] == best && ci[c] < besti)) { best = cv[c]; besti = ci[c]; }
+                    if (route_before(cv[c], ci[c], best, besti)) { best = cv[c]; besti = ci[c]; }
                 }
                 route_warp_max(best, besti);
                 for (int c = lane, m = 0; c < nc; c += 32, m++)

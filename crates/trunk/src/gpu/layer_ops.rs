@@ -162,6 +162,20 @@ pub(super) fn norm_rope_warps(width: usize, npairs: usize) -> bool {
     norm_rope_block(width, npairs) == 128 && 2 * npairs <= width && (width - 2 * npairs).is_multiple_of(4)
 }
 
+/// Whether every device address of `ptrs` is 16-byte aligned (0, no
+/// buffer, is): the float4 loads of the warp-a-row norms.
+fn float4_aligned(ptrs: &[u64]) -> bool {
+    ptrs.iter().all(|p| p % 16 == 0)
+}
+
+/// The most tokens a chunk may have for its decode attention to take one
+/// head a cluster of two blocks (`attention_rows_pair`): the clusters
+/// fill at most half of the `sm_count` SMs. Only such chunks read the
+/// rotations the key's norm writes (`Scratch::rot`, sized by this).
+pub(super) fn attention_pair_tokens(sm_count: usize, heads: usize) -> usize {
+    sm_count / 2 / heads.max(1)
+}
+
 /// One launch of the heads' RMS norm and rotation: `rows` rows of `x`
 /// (`heads` a token; weight `w`, 0 for none) and `n2` rows of `x2` (one a
 /// token; weight `w2`), `width` values each, normalized then their last
@@ -187,8 +201,7 @@ impl NormRope {
     pub(super) fn launch(&self, g: &Gpu) -> Result<()> {
         let (heads, rows, n2, width) = (self.heads as i32, self.rows as i32, self.n2 as i32, self.width as i32);
         let (npairs, pos0) = (self.npairs as i32, self.pos0 as i32);
-        let aligned = [self.x, self.w, self.x2, self.w2].iter().all(|p| p % 16 == 0);
-        if aligned && norm_rope_warps(self.width, self.npairs) {
+        if float4_aligned(&[self.x, self.w, self.x2, self.w2]) && norm_rope_warps(self.width, self.npairs) {
             let blocks = (self.rows + self.n2).div_ceil(NORM_ROPE_WARPS) as u32;
             launch!(g, "rms_norm_rope_warps", Gpu::cfg((blocks, 1, 1), (32 * NORM_ROPE_WARPS) as u32, 0);
                 self.x, self.w, heads, rows, self.x2, self.w2, n2, width, self.eps, self.inv_freq, npairs, pos0);
@@ -309,10 +322,11 @@ impl Dsv4Gpu {
         // row is taken in the query latent's norm launch, off the path, with
         // the rotations the queries take at the same position (`sc.rot`):
         // the same sums and roundings as `NormRope`'s warps
-        let pair = n * nh <= g.sm_count / 2 && hd > ATTENTION_SPLIT_MIN_DIM;
+        let pair = n <= attention_pair_tokens(g.sm_count, nh) && hd > ATTENTION_SPLIT_MIN_DIM;
         let heads_in_attention = pair
             && norm_rope_warps(hd, npairs as usize)
-            && [sc.q.ptr, sc.kv.ptr, dl.kv_norm.ptr, sc.rot.ptr].iter().all(|p| p % 16 == 0);
+            && n * hd <= sc.rot.len
+            && float4_aligned(&[sc.q.ptr, sc.kv.ptr, dl.kv_norm.ptr, sc.rot.ptr]);
         self.proj_pair(g, sc, &dl.wq_a, &dl.wkv, hq, sc.qr.ptr, sc.kv.ptr, n)?;
         if heads_in_attention {
             let blocks = (n + n.div_ceil(KEY_ROPE_WARPS)) as u32;
@@ -1438,7 +1452,8 @@ mod tests {
     #[test]
     fn route_by_warps_chooses_the_block_argmax_passes() {
         let src = include_str!("../../../../kernels/moe.cu");
-        assert!(src.contains("if (ov > v || (ov == v && oi < i)) { v = ov; i = oi; }"), "the kernel's order moved");
+        assert!(src.contains("return v > b || (v == b && i < bi);"), "the kernel's order moved");
+        assert_eq!(src.matches("if (route_before(").count(), 3, "a comparison of the kernel's left its order");
         let mut rng = Rng::new(11, "route", 0);
         for (n, k, block) in [(256, 6, 256), (256, 8, 256), (64, 6, 256), (384, 6, 128), (256, 16, 256)] {
             for round in 0..50 {

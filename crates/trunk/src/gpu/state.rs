@@ -10,6 +10,7 @@ use kvstate::{DeviceState, Layout, StateError, StateStore};
 
 use super::device::{Buf, Gpu};
 use super::forward::Dsv4Gpu;
+use super::layer_ops::attention_pair_tokens;
 use super::products::GROUP_TOKENS;
 use crate::config::AttnKind;
 
@@ -32,7 +33,9 @@ pub struct Scratch {
     pub kv: Buf<f32>,
     /// Each token's rotations (cos, sin of its rotated pairs: `hd` floats at
     /// most), written with its key for the attention's queries
-    /// (kernels/norm.cu `rms_norm_f32_key_rope`).
+    /// (kernels/norm.cu `rms_norm_f32_key_rope`): for the chunks of at most
+    /// `layer_ops::attention_pair_tokens` tokens, the only ones that read
+    /// them (`ScratchDims::elements` counts a row a token, an upper bound).
     pub rot: Buf<f32>,
     pub attn: Buf<f32>,
     pub oa: Buf<f32>,
@@ -218,7 +221,8 @@ impl ScratchDims {
             qrq: f(w * self.q_lora)?,
             q: f(w * self.heads_x_hd)?,
             kv: f(w * self.hd)?,
-            rot: f(w * self.hd)?,
+            // the rotations of the tokens whose attention takes them (one head a cluster of two blocks)
+            rot: f(w.min(attention_pair_tokens(gpu.sm_count, self.heads_x_hd / self.hd.max(1))) * self.hd)?,
             attn: f(w * self.heads_x_hd)?,
             oa: f(w * self.go)?,
             oaq: f(w * self.go)?,
