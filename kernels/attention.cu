@@ -193,7 +193,7 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         double* lg = logits + hh * nk;
         double mx = (double)sinks[h0 + hh];
         for (int j = threadIdx.x; j < nk; j += blockDim.x) mx = fmax(mx, lg[j]);
-        mx = block_max_d(mx, red);
+        mx = block_max(mx, red);
         double part = 0.0;
         for (int j = threadIdx.x; j < nk; j += blockDim.x) {
             const double e = lg[j] == -INFINITY ? 0.0 : exp(lg[j] - mx);

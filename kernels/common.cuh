@@ -355,14 +355,18 @@ __device__ __forceinline__ double block_sum(double v, double* red) {
     return t;
 }
 
-__device__ __forceinline__ double block_max_d(double v, double* red) {
+// Block maximum of one value per thread (float or double; blockDim.x a
+// multiple of 32, at most 1024). `red` holds 32 values of shared memory.
+// All threads get it.
+template <class T>
+__device__ __forceinline__ T block_max(T v, T* red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_xor_sync(0xffffffffu, v, o));
     __syncthreads();
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    double t = red[0];
+    T t = red[0];
     const int nw = blockDim.x >> 5;
     for (int i = 1; i < nw; i++) t = fmax(t, red[i]);
     __syncthreads();
@@ -394,20 +398,6 @@ __device__ __forceinline__ void rope_pairs(float* r, float p, const float* __res
         rope_angle(p, inv_freq[i], inverse, c, s);
         rotate_pair(&r[2 * i], &r[2 * i + 1], c, s);
     }
-}
-
-__device__ __forceinline__ float block_max(float v, float* red) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = red[0];
-    const int nw = blockDim.x >> 5;
-    for (int i = 1; i < nw; i++) t = fmaxf(t, red[i]);
-    __syncthreads();
-    return t;
 }
 
 // 2^ceil(log2(amax / maxcode)), as the UE8M0 reference computes it.

@@ -57,7 +57,7 @@ extern "C" __global__ void moe_route(const float* __restrict__ logits, int n_exp
     if (func == 2) {
         double m = -1e300;
         for (int e = tid; e < n_experts; e += blockDim.x) m = fmax(m, (double)l[e]);
-        mx = block_max_d(m, red);
+        mx = block_max(m, red);
         if (tid == 0) {
             for (int e = 0; e < n_experts; e++) z += exp((double)l[e] - mx);
             red[0] = z;
