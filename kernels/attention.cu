@@ -97,9 +97,10 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     for (int j = threadIdx.x; j < nk; j += blockDim.x)
         keys[j] = key_row(j, nwin, first, t0, ring, ring_rows, local, entries, sel, t, topk, mode, hd);
     const int r0 = hd - 2 * npairs;
+    const float* trot = rot + (size_t)t * 2 * npairs;  // NORM: the token's (cos, sin) pairs
     NormRopeLane qe;  // NORM: this lane's rotations (no weight)
     if (NORM) {
-        const float4* rt = (const float4*)(rot + (size_t)t * 2 * npairs);
+        const float4* rt = (const float4*)trot;
         #pragma unroll
         for (int m = 0; m < ATT_Q4; m++) {
             const int e = 128 * m + 4 * lane;
@@ -291,7 +292,7 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
         const int i0 = max(0, (e0 - r0) / 2), i1 = min(npairs, (e1 - r0) / 2);
         if (NORM) {
             for (int i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
-                const float2 cs = ((const float2*)(rot + (size_t)t * 2 * npairs))[i];
+                const float2 cs = ((const float2*)trot)[i];
                 rotate_pair(&orow[r0 + 2 * i], &orow[r0 + 2 * i + 1], cs.x, -cs.y);
             }
         } else {
