@@ -97,7 +97,8 @@ __device__ __forceinline__ void attention_heads(const float* __restrict__ q, con
     for (int j = threadIdx.x; j < nk; j += blockDim.x)
         keys[j] = key_row(j, nwin, first, t0, ring, ring_rows, local, entries, sel, t, topk, mode, hd);
     const int r0 = hd - 2 * npairs;
-    const float* trot = rot + (size_t)t * 2 * npairs;  // NORM: the token's (cos, sin) pairs
+    // NORM: the token's (cos, sin) pairs (rot is null otherwise: no offset from it)
+    const float* trot = NORM ? rot + (size_t)t * 2 * npairs : nullptr;
     NormRopeLane qe;  // NORM: this lane's rotations (no weight)
     if (NORM) {
         const float4* rt = (const float4*)trot;
