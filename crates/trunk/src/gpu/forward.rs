@@ -524,7 +524,7 @@ impl Dsv4Gpu {
         for (l, dl) in stage.dev.iter().enumerate() {
             let sc = &st.scratch[0];
             self.lin(g, &dl.wkv, hq, sc.kv.ptr, n)?;
-            super::layer_ops::NormRope {
+            super::attention::NormRope {
                 x: sc.kv.ptr,
                 w: dl.kv_norm.ptr,
                 heads: 1,

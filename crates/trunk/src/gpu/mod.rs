@@ -2,10 +2,15 @@
 //! its CPU tests where there is no CUDA). Each op is a kernel in kernels/
 //! with a CPU twin in cpu/ops.
 
+mod attention;
 pub mod device;
 pub mod forward;
 mod graph;
-mod layer_ops;
+mod head;
+mod indexer;
+#[cfg(test)]
+mod kernel_model;
+mod moe;
 pub mod nvrtc;
 mod products;
 pub mod profile;

@@ -406,9 +406,9 @@ pub(super) fn dynamic_smem_opt_in(k: &str) -> Option<usize> {
     } else if k == "hc_site_rows" {
         Some(super::state::HC_ROWS_SMEM_MAX)
     } else if k == "attention_mma" {
-        Some(super::layer_ops::ATTENTION_MMA_SMEM_MAX)
+        Some(super::attention::ATTENTION_MMA_SMEM_MAX)
     } else if k == "indexer_scores_mma" {
-        Some(super::layer_ops::INDEXER_MMA_SMEM)
+        Some(super::indexer::INDEXER_MMA_SMEM)
     } else {
         None
     }
@@ -646,14 +646,10 @@ impl Gpu {
 
 #[cfg(test)]
 mod tests {
+    use super::super::kernel_model::{butterfly, source};
+    use super::super::nvrtc;
     use super::*;
-    use crate::gpu::nvrtc;
     use crate::gpu::weights::MatArg;
-
-    /// A kernel source file as the engine compiles it (nvrtc::SOURCES).
-    fn source(name: &str) -> &'static str {
-        nvrtc::SOURCES.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no kernel source {name}")).1
-    }
 
     #[test]
     fn limb_constants_are_the_kernels() {
@@ -968,16 +964,6 @@ mod tests {
     /// butterfly, so the same bits.
     #[test]
     fn leaf_stack_gives_the_butterfly_bits() {
-        fn butterfly(x: &[f64; 32]) -> f64 {
-            let mut v = *x;
-            for o in [16, 8, 4, 2, 1] {
-                let prev = v;
-                for (l, e) in v.iter_mut().enumerate() {
-                    *e = prev[l] + prev[l ^ o];
-                }
-            }
-            v[0]
-        }
         fn stacked(x: &[f64; 32], order: impl Fn(usize) -> usize) -> f64 {
             let mut st = [0.0f64; MMA_LEVELS];
             let mut s = 0.0;
@@ -1009,7 +995,7 @@ mod tests {
                 let mag = f64::from_bits(0x3ff0_0000_0000_0000 | (r >> 12)) - 1.0;
                 *e = mag * 2f64.powi((r % 61) as i32 - 30) * if r & (1 << 7) != 0 { -1.0 } else { 1.0 };
             }
-            let want = butterfly(&x);
+            let want = butterfly(x);
             assert_eq!(stacked(&x, brev5).to_bits(), want.to_bits(), "{x:?}");
             // teeth: leaves stacked in their natural order, or summed left to right, differ
             natural_differs += usize::from(stacked(&x, |l| l).to_bits() != want.to_bits());

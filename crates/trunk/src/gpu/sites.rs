@@ -230,7 +230,11 @@ impl Dsv4Gpu {
 
 #[cfg(test)]
 mod tests {
+    use super::super::kernel_model::{
+        assert_butterfly_bits, butterfly, kernel_define, reduce_scatter, source, spread, wavefronts,
+    };
     use super::post_plan;
+    use crate::synth::rng::Rng;
 
     #[test]
     fn the_moe_post_waits_for_the_next_layer_within_a_stage() {
@@ -248,5 +252,186 @@ mod tests {
             }
             assert!(!plan[0].1 && plan.last().unwrap().2);
         }
+    }
+
+    #[test]
+    fn hc_site_reduce_scatter_gives_the_butterfly_bits() {
+        // 32 sums a lane; lane l is left with value l. The butterfly is warp_sum's, whose tree
+        // hc_site_rows computes on the tensor cores (tree32 below): hc_site (decode) and
+        // hc_site_rows (prefill) give the same bits
+        assert_butterfly_bits::<32>(11, &[16, 8, 4, 2, 1], &[], &[1, 2, 4, 8, 16], |_| true);
+        let d: [[f64; 32]; 32] = std::array::from_fn(|l| std::array::from_fn(|k| (l * 32 + k) as f64));
+        assert!(reduce_scatter(&d, &[16, 8, 4, 2, 1], &[]).iter().enumerate().all(|(l, &(k, _))| k == l));
+    }
+
+    /// warp_sum's tree of 32 products of floats by one thread, level by
+    /// level, each pair (j, j + 16) one fma of the second product onto the
+    /// first: the reference for hc_site_rows' sums (kernels/hc.cu
+    /// `mix_mma`'s leaves and stack, `square_tree`).
+    fn tree32(g: &[f32; 32], x: &[f32; 32]) -> f64 {
+        let leaf = |j: usize| (g[j + 16] as f64).mul_add(x[j + 16] as f64, g[j] as f64 * x[j] as f64);
+        let mut p: [f64; 8] = std::array::from_fn(leaf);
+        for (j, pj) in p.iter_mut().enumerate() {
+            *pj += leaf(j + 8);
+        }
+        for o in [4, 2, 1] {
+            for j in 0..o {
+                p[j] += p[j + o];
+            }
+        }
+        p[0]
+    }
+
+    #[test]
+    fn hc_site_rows_trees_give_the_butterfly_bits() {
+        // the tree by one thread (hc_site_rows' reference below, its squares' square_tree) against
+        // warp_sum's butterfly (hc_site's bits) over the same 32 products of floats, which are
+        // exact in f64
+        let mut rng = Rng::new(13, "hc_tree", 32);
+        let mut sequential_differs = false;
+        for _ in 0..4000 {
+            let g: [f32; 32] = std::array::from_fn(|_| spread(&mut rng) as f32);
+            let x: [f32; 32] = std::array::from_fn(|_| spread(&mut rng) as f32);
+            let products: [f64; 32] = std::array::from_fn(|l| g[l] as f64 * x[l] as f64);
+            let want = butterfly(products);
+            assert_eq!(tree32(&g, &x).to_bits(), want.to_bits(), "{g:?} {x:?}");
+            // the squares (kernels/hc.cu `square_tree`)
+            assert_eq!(
+                tree32(&x, &x).to_bits(),
+                butterfly(std::array::from_fn(|l| x[l] as f64 * x[l] as f64)).to_bits()
+            );
+            sequential_differs |= products.iter().sum::<f64>().to_bits() != want.to_bits();
+        }
+        assert!(sequential_differs, "another order never changed a sum: the test has no teeth");
+    }
+
+    /// kernels/hc.cu `hc_x_at`: where element e of a slice lies in a staged
+    /// row (a warp's 32 a group, the second half one double on).
+    fn hc_x_at(e: usize) -> usize {
+        use super::super::state::HC_X_GROUP;
+        (e >> 5) * HC_X_GROUP + (e & 31) + ((e >> 4) & 1)
+    }
+
+    #[test]
+    fn hc_site_rows_mma_gives_the_tree_bits() {
+        // mix_mma's fragments, instruction by instruction: warp w's leaf l of rows g, g + 8 and
+        // token g (thread (g, q < 2): element l + 16 q of its group; q = 2, 3: A = 0, B = -0), the
+        // instruction's chain of fmas over k from -0, the 16 leaves onto the stack in bit-reversed
+        // order; against warp_sum's tree (hc_site's bits) of fn's row times x'
+        use super::super::state::{HC_MMA_ROWS, HC_ROWS_TOKENS, HC_SLICE, HC_X_GROUP, HC_X_ROW};
+        let src = source("hc.cu");
+        assert!(src.contains("int hc_x_at(int e) { return (e >> 5) * HC_X_GROUP + (e & 31) + ((e >> 4) & 1); }"));
+        assert!(src.contains("+ w * HC_X_GROUP + 17 * (q & 1);"));
+        let (rows, tokens) = (HC_MMA_ROWS, HC_ROWS_TOKENS);
+        let mut rng = Rng::new(17, "hc_mma", 0);
+        let brev4 = |mi: usize| ((mi & 1) << 3) | ((mi & 2) << 1) | ((mi & 4) >> 1) | ((mi & 8) >> 3);
+        let mut natural_differs = false;
+        for _ in 0..40 {
+            let f: Vec<f32> = (0..rows * HC_SLICE).map(|_| spread(&mut rng) as f32).collect();
+            let x: Vec<f32> = (0..tokens * HC_SLICE).map(|_| spread(&mut rng) as f32).collect();
+            let (mut fs, mut xs) = (vec![f64::NAN; rows * HC_X_ROW], vec![f64::NAN; tokens * HC_X_ROW]);
+            for e in 0..HC_SLICE {
+                for r in 0..rows {
+                    fs[r * HC_X_ROW + hc_x_at(e)] = f[r * HC_SLICE + e] as f64;
+                }
+                for t in 0..tokens {
+                    xs[t * HC_X_ROW + hc_x_at(e)] = x[t * HC_SLICE + e] as f64;
+                }
+            }
+            for w in 0..HC_SLICE / 32 {
+                // the instruction's output (m, n) for leaf l: k = 0, 1 from the threads (m % 8, k),
+                // (n, k); k = 2, 3 from (_, 2), (_, 3)
+                let leaf = |m: usize, n: usize, l: usize| {
+                    (0..4).fold(-0.0f64, |acc, k| {
+                        let (a, b) = if k < 2 {
+                            let at = w * HC_X_GROUP + 17 * k + l;
+                            (fs[m * HC_X_ROW + at], xs[n * HC_X_ROW + at])
+                        } else {
+                            (0.0, -0.0)
+                        };
+                        a.mul_add(b, acc)
+                    })
+                };
+                for (m, n) in (0..rows).flat_map(|m| (0..tokens).map(move |n| (m, n))) {
+                    let push_all = |order: &dyn Fn(usize) -> usize| {
+                        let mut st = [0f64; 4];
+                        let mut v = 0.0;
+                        for mi in 0..16 {
+                            v = leaf(m, n, order(mi));
+                            let ones = (mi as u32).trailing_ones() as usize;
+                            for s in st.iter().take(ones) {
+                                v += s;
+                            }
+                            if ones < 4 {
+                                st[ones] = v;
+                            }
+                        }
+                        v
+                    };
+                    let g: [f32; 32] = std::array::from_fn(|j| f[m * HC_SLICE + 32 * w + j]);
+                    let xw: [f32; 32] = std::array::from_fn(|j| x[n * HC_SLICE + 32 * w + j]);
+                    let want = tree32(&g, &xw);
+                    assert_eq!(push_all(&brev4).to_bits(), want.to_bits(), "warp {w}, row {m}, token {n}");
+                    natural_differs |= push_all(&|mi| mi).to_bits() != want.to_bits();
+                }
+                // the squares' tree over a staged group (square_tree: element j + 16 at j + 17)
+                for n in 0..tokens {
+                    let xg = &xs[n * HC_X_ROW + w * HC_X_GROUP..];
+                    let sq = |j: usize| xg[j + 17].mul_add(xg[j + 17], xg[j] * xg[j]);
+                    let mut p: [f64; 8] = std::array::from_fn(|j| sq(j) + sq(j + 8));
+                    for o in [4, 2, 1] {
+                        for j in 0..o {
+                            p[j] += p[j + o];
+                        }
+                    }
+                    let xw: [f32; 32] = std::array::from_fn(|j| x[n * HC_SLICE + 32 * w + j]);
+                    assert_eq!(p[0].to_bits(), tree32(&xw, &xw).to_bits());
+                }
+            }
+        }
+        assert!(natural_differs, "the leaves in another order never changed a sum: the test has no teeth");
+        // a warp's fragment reads (A's rows g and g + 8, B's tokens g; q = 2, 3 the words of q - 2)
+        // take one wavefront, its staging stores of a row two
+        for (w, l) in (0..HC_SLICE / 32).flat_map(|w| (0..16).map(move |l| (w, l))) {
+            let word = |lane: usize| (lane >> 2) * HC_X_ROW + w * HC_X_GROUP + 17 * (lane & 1) + l;
+            assert_eq!(wavefronts((0..32).map(word)), 1, "warp {w}, leaf {l}");
+            assert_eq!(wavefronts((0..32).map(|lane| word(lane) + 8 * HC_X_ROW)), 1, "warp {w}, leaf {l}");
+            assert_eq!(wavefronts((0..32).map(|lane| 3 * HC_X_ROW + hc_x_at(32 * w + lane))), 2);
+        }
+    }
+
+    #[test]
+    fn hc_site_rows_staging_follows_the_kernel() {
+        let define = |name: &str| kernel_define("hc.cu", name);
+        use super::super::state::{
+            hc_rows_smem, HC_MMA_ROWS, HC_ROWS_SMEM_MAX, HC_ROWS_TOKENS, HC_SLICE, HC_X_GROUP, HC_X_ROW,
+        };
+        assert_eq!(define("HC_SLICE"), HC_SLICE);
+        assert_eq!(define("HC_MMA_ROWS"), HC_MMA_ROWS);
+        assert_eq!(define("HC_ROWS_TOKENS"), HC_ROWS_TOKENS);
+        assert_eq!(define("HC_X_GROUP"), HC_X_GROUP);
+        let src = source("hc.cu");
+        assert!(src.contains("#define HC_X_ROW (HC_SLICE / 32 * HC_X_GROUP + 2)"));
+        assert_eq!(HC_X_ROW % 16, 10);
+        // every element of a slice its own place in a staged row
+        let mut at: Vec<usize> = (0..HC_SLICE).map(hc_x_at).collect();
+        at.sort_unstable();
+        at.dedup();
+        assert_eq!(at.len(), HC_SLICE);
+        assert!(at[HC_SLICE - 1] < HC_X_ROW);
+        // Flash: 24 mixes a site (a tile of 16 rows of fn and 8 tokens' x' as f64, then 8 tokens'
+        // 8 warps' 25 values), 4 at the head
+        let staged = (16 + 8) * 266 * 8;
+        assert_eq!(hc_rows_smem(24), staged + 8 * 8 * 25 * 8);
+        assert_eq!(hc_rows_smem(4), staged + 8 * 8 * 5 * 8);
+        // with the kernel's static memory under 2 KiB, three blocks an SM's 227 KiB hold at Flash
+        // widths (the launch bounds' three)
+        assert_eq!(define("HC_ROWS_BLOCKS"), 3);
+        assert!(3 * (hc_rows_smem(24) + 2048) <= 227 << 10);
+        // eight streams (80 mixes), within what the kernel opts in to
+        assert_eq!(hc_rows_smem(80), staged + 8 * 8 * 81 * 8);
+        assert!(hc_rows_smem(80) <= HC_ROWS_SMEM_MAX);
+        assert!(hc_rows_smem(400) > HC_ROWS_SMEM_MAX);
+        assert_eq!(super::super::products::dynamic_smem_opt_in("hc_site_rows"), Some(HC_ROWS_SMEM_MAX));
     }
 }

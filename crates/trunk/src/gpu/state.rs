@@ -8,9 +8,9 @@ use std::sync::Arc;
 use anyhow::{bail, Result};
 use kvstate::{DeviceState, Layout, StateError, StateStore};
 
+use super::attention::attention_pair_tokens;
 use super::device::{Buf, Gpu};
 use super::forward::Dsv4Gpu;
-use super::layer_ops::attention_pair_tokens;
 use super::products::GROUP_TOKENS;
 use crate::config::AttnKind;
 
@@ -34,7 +34,7 @@ pub struct Scratch {
     /// Each token's rotations (cos, sin of its rotated pairs: `hd` floats at
     /// most), written with its key for the attention's queries
     /// (kernels/norm.cu `rms_norm_f32_key_rope`): for the chunks of at most
-    /// `layer_ops::attention_pair_tokens` tokens, the only ones that read
+    /// `attention::attention_pair_tokens` tokens, the only ones that read
     /// them (`ScratchDims::elements` counts a row a token, an upper bound).
     pub rot: Buf<f32>,
     pub attn: Buf<f32>,
@@ -357,7 +357,7 @@ impl Dsv4Gpu {
             bail!("capacity and chunk width must be positive");
         }
         let keys = self.attention_keys(capacity);
-        let most = super::layer_ops::ATTENTION_MAX_KEYS;
+        let most = super::attention::ATTENTION_MAX_KEYS;
         if keys > most {
             bail!(
                 "a state for {capacity} positions lets a query attend to {keys} keys; the attention kernel \

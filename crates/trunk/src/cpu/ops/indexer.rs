@@ -26,7 +26,7 @@ pub fn top_k(scores: &[f64], k: usize) -> Vec<usize> {
 /// Whether `top_k` of `visible` scores keeps every one of them, in order,
 /// whatever the scores: then a query's selection is its visible entries
 /// `0 .. visible`, and a forward may take them without the indexer's
-/// queries, scores and top-k (the GPU forward does, `gpu/layer_ops.rs`).
+/// queries, scores and top-k (the GPU forward does, `gpu/attention.rs`).
 pub fn selects_all(visible: usize, k: usize) -> bool {
     visible <= k
 }
