@@ -6,7 +6,8 @@
 use anyhow::Result;
 
 use super::device::Gpu;
-use super::forward::{Dsv4Gpu, Fault, Pass};
+use super::forward::{Dsv4Gpu, Pass};
+use super::options::Fault;
 use super::state::GpuState;
 use super::weights::DevLayer;
 use crate::config::AttnKind;

@@ -8,90 +8,22 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use kvstate::StateStore;
 
 use super::device::{Buf, Gpu};
 use super::graph::{StepGraphs, StepKey};
+use super::options::{Fault, GpuOptions, MoeArm, ProductSums};
 use super::profile::ProfileCell;
 use super::sites::post_plan;
 use super::state::GpuState;
 use super::weights::{device_bytes, DevHc, DevLayer, DevMat};
 use crate::config::Dsv4Config;
-pub use crate::cpu::ops::moe::MoeArm;
 use crate::cpu::ops::rope::Rope;
 use crate::cpu::{Logits, Variant};
 use crate::launch;
 use crate::state::Dsv4StateLayout;
 use crate::weights::Dsv4Weights;
-
-/// A deliberate fault, for testing that the gates catch real bugs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// Leave the shared expert out of one layer.
-    DropSharedExpert { layer: usize },
-    /// Rotate one layer's queries and keys one position too far.
-    ShiftRope { layer: usize },
-    /// Record each greedy decode step's graph with the arguments of the
-    /// position before its own.
-    StaleStep,
-}
-
-impl std::str::FromStr for Fault {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        if s == "stale-step" {
-            return Ok(Fault::StaleStep);
-        }
-        let (kind, layer) = s.split_once(':').context("fault is drop-shared:LAYER, shift-rope:LAYER or stale-step")?;
-        let layer: usize = layer.parse().context("fault layer")?;
-        match kind {
-            "drop-shared" => Ok(Fault::DropSharedExpert { layer }),
-            "shift-rope" => Ok(Fault::ShiftRope { layer }),
-            _ => bail!("unknown fault `{kind}` (drop-shared:LAYER, shift-rope:LAYER or stale-step)"),
-        }
-    }
-}
-
-/// How the GPU sums the products of the routed experts and of the
-/// attention's projections.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ProductSums {
-    /// Exact f64 products summed in the CPU oracle's order and rounded once
-    /// (kernels/common.cuh): the GPU's logits are the CPU's bit for bit.
-    #[default]
-    Exact,
-    /// The BF16 tensor cores (kernels/moe_tensor.cu, linear_tensor.cu):
-    /// each activation as three BF16 limbs, each weight an exact BF16,
-    /// products accumulated in f32 one K step of 16 at a time. Chunked
-    /// prefill and decode still give identical bits; against the CPU oracle
-    /// the logits move inside the band (gates `Realization::GpuTensor`).
-    /// The routed experts where they are FP4 with widths multiples of 128
-    /// (gpu/products.rs `limb_arm`), and the attention's `wq_a`, `wkv`,
-    /// `wq_b`, `wo_a` and `wo_b` where they are FP8 whose weights are exact
-    /// BF16 (`dense_limbs`) and the variant is exact
-    /// ([`Dsv4Gpu::dense_tensor`]); every other product keeps the exact sums.
-    Tensor,
-}
-
-impl std::str::FromStr for ProductSums {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "exact" => Ok(ProductSums::Exact),
-            "tensor" => Ok(ProductSums::Tensor),
-            _ => bail!("unknown product sums `{s}` (exact or tensor)"),
-        }
-    }
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GpuOptions {
-    pub variant: Variant,
-    pub moe: MoeArm,
-    pub fault: Option<Fault>,
-    pub sums: ProductSums,
-}
 
 /// Residual streams a forward copies out after its layers (all, or `layers`).
 struct Capture<'a> {
@@ -745,96 +677,11 @@ impl Dsv4Gpu {
     pub(super) fn mark(&self, si: usize, label: &'static str) -> Result<()> {
         self.profile.mark(si, &self.stages[si].gpu, label)
     }
-
-    /// `dst = src` then FP8 rows when the variant quantizes; returns the address to read.
-    pub(super) fn act(&self, g: &Gpu, src: &Buf<f32>, dst: &Buf<f32>, rows: usize, width: usize) -> Result<u64> {
-        if self.opts.variant == Variant::Exact {
-            return Ok(src.ptr);
-        }
-        g.act_fp8(src.ptr, dst.ptr, rows, width)
-    }
-
-    pub(super) fn lin(&self, g: &Gpu, w: &DevMat, x: u64, y: u64, n: usize) -> Result<()> {
-        g.lin(w, x, y, n)
-    }
-
-    /// An attention projection (`Gpu::linear_grouped`'s arguments): on the
-    /// `tensor` sums where they take `w` (gpu/products.rs `dense_limbs`;
-    /// the limb rows in `sc.limbs`), else the exact sums.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn proj_grouped(
-        &self,
-        g: &Gpu,
-        sc: &super::state::Scratch,
-        w: &DevMat,
-        x: u64,
-        x_stride: usize,
-        x_group: usize,
-        y: u64,
-        y_stride: usize,
-        n: usize,
-        groups: usize,
-        rows: usize,
-    ) -> Result<()> {
-        if self.dense_tensor() && g.linear_limbs(w, x, x_stride, x_group, y, y_stride, n, groups, rows, &sc.limbs)? {
-            return Ok(());
-        }
-        g.linear_grouped(w, x, x_stride, x_group, y, y_stride, n, groups, rows)
-    }
-
-    /// `y = w x` as an attention projection ([`Dsv4Gpu::proj_grouped`]).
-    pub(super) fn proj(&self, g: &Gpu, sc: &super::state::Scratch, w: &DevMat, x: u64, y: u64, n: usize) -> Result<()> {
-        let (rows, cols) = (w.arg.rows as usize, w.arg.cols as usize);
-        self.proj_grouped(g, sc, w, x, cols, 0, y, rows, n, 1, rows)
-    }
-
-    /// Whether the attention's projections take the `tensor` sums (where
-    /// `dense_limbs` takes their weights): under [`ProductSums::Tensor`] and
-    /// the exact variant. Under the fp8 variant the quantizers after them
-    /// turn their sums' last-bit differences into whole E4M3 steps
-    /// (measured: the teacher-forced gate on small fp8 failed, 11 of 64
-    /// positions out of band, and 26 of 64 with `wo_a` alone kept exact;
-    /// docs/gates.md), so there only the routed experts take them (their
-    /// FP4 products of quantized inputs sum exactly in f32: that gate
-    /// passed with no drift).
-    pub(super) fn dense_tensor(&self) -> bool {
-        self.opts.sums == ProductSums::Tensor && self.opts.variant == Variant::Exact
-    }
-
-    /// Whether [`Dsv4Gpu::proj`] takes `w` on the `tensor` sums.
-    pub(super) fn proj_tensor(&self, w: &DevMat) -> bool {
-        self.dense_tensor() && super::products::dense_limbs(w.bf16_exact, w.arg.cols as usize, 1, 0).is_some()
-    }
-
-    /// `y = w x` and `y2 = w2 x` as attention projections: `Gpu::lin_pair`
-    /// (one launch for one token) where neither takes the `tensor` sums.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn proj_pair(
-        &self,
-        g: &Gpu,
-        sc: &super::state::Scratch,
-        w: &DevMat,
-        w2: &DevMat,
-        x: u64,
-        y: u64,
-        y2: u64,
-        n: usize,
-    ) -> Result<()> {
-        if !self.proj_tensor(w) && !self.proj_tensor(w2) {
-            return g.lin_pair(w, w2, x, y, y2, n);
-        }
-        self.proj(g, sc, w, x, y, n)?;
-        self.proj(g, sc, w2, x, y2, n)
-    }
-
-    pub(super) fn norm(&self, g: &Gpu, x: u64, w: u64, rows: usize, width: usize) -> Result<()> {
-        g.rms_norm(x, w, rows, width, self.config.rms_norm_eps as f32)
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{check_kernel_bounds, Fault, ProductSums, MAX_ROUTED_EXPERTS};
+    use super::{check_kernel_bounds, MAX_ROUTED_EXPERTS};
     use crate::synth::Preset;
 
     #[test]
@@ -854,24 +701,5 @@ mod tests {
         c.index_n_heads = 65;
         let e = check_kernel_bounds(&c).unwrap_err().to_string();
         assert!(e.contains("index_n_heads = 65"), "{e}");
-    }
-
-    #[test]
-    fn faults_parse_from_the_command_line_form() {
-        assert_eq!("drop-shared:2".parse::<Fault>().unwrap(), Fault::DropSharedExpert { layer: 2 });
-        assert_eq!("shift-rope:0".parse::<Fault>().unwrap(), Fault::ShiftRope { layer: 0 });
-        assert_eq!("stale-step".parse::<Fault>().unwrap(), Fault::StaleStep);
-        for bad in ["stale-step:1", "drop-shared", "shift-rope:x", "flip:1", ""] {
-            assert!(bad.parse::<Fault>().is_err(), "{bad} parsed");
-        }
-    }
-
-    #[test]
-    fn sums_parse_and_default_to_exact() {
-        assert_eq!(ProductSums::default(), ProductSums::Exact);
-        assert_eq!("exact".parse::<ProductSums>().unwrap(), ProductSums::Exact);
-        assert_eq!("tensor".parse::<ProductSums>().unwrap(), ProductSums::Tensor);
-        let e = "bf16".parse::<ProductSums>().unwrap_err().to_string();
-        assert!(e.contains("exact or tensor"), "{e}");
     }
 }

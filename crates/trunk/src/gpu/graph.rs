@@ -35,7 +35,7 @@ const KEPT: usize = 6;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct StepKey {
     pub model: u64,
-    pub options: super::forward::GpuOptions,
+    pub options: super::options::GpuOptions,
     pub positions: usize,
     pub written: Vec<u64>,
 }

@@ -12,12 +12,15 @@ mod indexer;
 mod kernel_model;
 mod moe;
 pub mod nvrtc;
+pub mod options;
 mod products;
 pub mod profile;
+mod projections;
 mod sites;
 pub mod state;
 pub mod weights;
 
 pub use device::unavailable_reason;
-pub use forward::{Dsv4Gpu, Fault, GpuOptions, MoeArm, ProductSums, VramLine};
+pub use forward::{Dsv4Gpu, VramLine};
+pub use options::{Fault, GpuOptions, MoeArm, ProductSums};
 pub use state::GpuState;

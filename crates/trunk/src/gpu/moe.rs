@@ -6,7 +6,8 @@
 use anyhow::{Context, Result};
 
 use super::device::Gpu;
-use super::forward::{Dsv4Gpu, MoeArm};
+use super::forward::Dsv4Gpu;
+use super::options::MoeArm;
 use super::products::{
     expert_mma_smem, group_smem, limb_parts, limb_smem_groups, limb_smem_one, row_smem, DECODE_WARPS, GROUP_BLOCK,
     GROUP_TOKENS, LIMB_TOKENS, LIMB_WARPS, MMA_BLOCK, MMA_PAIRS,

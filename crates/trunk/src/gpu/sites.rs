@@ -9,7 +9,8 @@ use std::ops::Range;
 use anyhow::Result;
 
 use super::device::Gpu;
-use super::forward::{Dsv4Gpu, Fault, Pass};
+use super::forward::{Dsv4Gpu, Pass};
+use super::options::Fault;
 use super::state::{hc_rows_smem, hc_slices, GpuState, Scratch, HC_ROWS_SMEM_MAX, HC_ROWS_TOKENS, HC_SLICE};
 use super::weights::{DevHc, DevLayer};
 use crate::launch;

@@ -334,7 +334,7 @@ impl Dsv4Gpu {
             inter: c.moe_intermediate_size * c.n_shared_experts.max(1),
             vocab: c.vocab_size,
             max_entries: capacity / c.csa_ratio.max(1) + 1,
-            limbs: self.opts.sums == super::forward::ProductSums::Tensor,
+            limbs: self.opts.sums == super::options::ProductSums::Tensor,
         }
     }
 
