@@ -285,7 +285,7 @@ __device__ __forceinline__ void linear_group(const Mat& w, const float* x, int x
         #pragma unroll
         for (int r = 0; r < GROUP_ROWS; r++) rows[r] = row_ref<FMT>(w, row0 + min(j0 + r, nrows - 1));
         uint4 buf[GROUP_ROWS][RING(GROUP_ROWS)];
-        first_chunks<FMT, GROUP_ROWS>(rows, w.cols, buf);
+        first_chunks<FMT, GROUP_ROWS, NT>(rows, w.cols, buf);
         double acc[GROUP_ROWS][NT];
         warp_dot_rows_tokens<FMT, GROUP_ROWS, NT, SCALED>(rows, w.cols, xs_dyn, stride, buf, acc);
         #pragma unroll

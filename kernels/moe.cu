@@ -289,7 +289,7 @@ __device__ __forceinline__ void group_dots(const RowRef (&rows)[GROUP_ROWS], int
                                            double (&acc)[GROUP_ROWS][GROUP_TOKENS]) {
     const int E = Fmt<FMT>::E;
     uint4 buf[GROUP_ROWS][RING(GROUP_ROWS)];
-    first_chunks<FMT, GROUP_ROWS>(rows, cols, buf);
+    first_chunks<FMT, GROUP_ROWS, GROUP_TOKENS>(rows, cols, buf);
     warp_dot_rows_tokens<FMT, GROUP_ROWS, GROUP_TOKENS, SCALED>(rows, cols, xs_dyn, cols / E * (E + 2), buf, acc);
 }
 

@@ -104,18 +104,29 @@ __device__ __forceinline__ void stage_row(const float* x, int cols, double xscal
 // would cost registers and blocks an SM).
 #define RING(ND) ((ND) == 1 ? 8 : 2)
 
+// A weight chunk for a warp's sums over NT tokens: for one token (a decode
+// step, which reads each weight once) under the evict-first policy
+// (common.cuh stream_policy); a prefill's groups, whose blocks read the
+// same rows for other tokens, load it plainly.
+template <int NT>
+__device__ __forceinline__ uint4 weight_chunk(const uint4* p, unsigned long long policy) {
+    return NT == 1 ? load_stream16(p, policy) : *p;
+}
+
 // The first RING(ND) - 1 chunks of each of ND rows for this lane (issued
-// before the activations are staged, so that both latencies overlap).
-template <int FMT, int ND>
+// before the activations are staged, so that both latencies overlap), for
+// sums over NT tokens.
+template <int FMT, int ND, int NT>
 __device__ __forceinline__ void first_chunks(const RowRef* rows, int cols, uint4 (*buf)[RING(ND)]) {
     const int lane = threadIdx.x & 31;
     const int nch = cols / Fmt<FMT>::E;
+    const unsigned long long policy = stream_policy();
     #pragma unroll
     for (int q = 0; q < ND; q++) {
         #pragma unroll
         for (int d = 0; d + 1 < RING(ND); d++) {
             const int ci = lane + 32 * d;
-            buf[q][d] = ci < nch ? rows[q].chunks[ci] : make_uint4(0, 0, 0, 0);
+            buf[q][d] = ci < nch ? weight_chunk<NT>(rows[q].chunks + ci, policy) : make_uint4(0, 0, 0, 0);
         }
     }
 }
@@ -198,6 +209,7 @@ __device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int col
     const int E = Fmt<FMT>::E, D = RING(ND);
     const int lane = threadIdx.x & 31;
     const int nch = cols / E;
+    const unsigned long long policy = stream_policy();
     #pragma unroll
     for (int q = 0; q < ND; q++)
         #pragma unroll
@@ -205,7 +217,8 @@ __device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int col
     for (int ci = lane; ci < nch; ci += 32) {
         const int ahead = ci + 32 * (D - 1);
         #pragma unroll
-        for (int q = 0; q < ND; q++) buf[q][D - 1] = ahead < nch ? rows[q].chunks[ahead] : make_uint4(0, 0, 0, 0);
+        for (int q = 0; q < ND; q++)
+            buf[q][D - 1] = ahead < nch ? weight_chunk<NT>(rows[q].chunks + ahead, policy) : make_uint4(0, 0, 0, 0);
         uint4 w[ND];
         #pragma unroll
         for (int q = 0; q < ND; q++) w[q] = buf[q][0];
@@ -224,9 +237,10 @@ __device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int col
 // The weight ring in shared memory (the one-token products, linear.cu
 // linear_rows_fmt): each warp of ND rows keeps SMEM_RING_STAGES(ND) stages
 // of its rows' chunks, stage k holding chunk lane + 32 k of every row for
-// lane `lane` (ND x 32 16-byte slots), copied by cp.async so that the
-// chunks in flight take no registers: 3 stages ahead of the sums for warps
-// of 2 or 4 rows (the register ring holds 1), 7 for one row (as RING(1)).
+// lane `lane` (ND x 32 16-byte slots), copied by cp.async (under the
+// evict-first policy, as weight_chunk) so that the chunks in flight take
+// no registers: 3 stages ahead of the sums for warps of 2 or 4 rows (the
+// register ring holds 1), 7 for one row (as RING(1)).
 // Each lane reads back only the slots it copied (its own cp.async groups),
 // so no barrier is needed. The expert kernels keep the register ring: the
 // smem ring halves the blocks an SM holds of them, and they were slower so
@@ -237,13 +251,14 @@ __device__ __forceinline__ void warp_dot_rows_tokens(const RowRef* rows, int col
 
 // Copy stage k of the rows into its slot (an empty group past the row's end).
 template <int ND>
-__device__ __forceinline__ void ring_copy_stage(const RowRef* rows, int nch, uint4* ring, int k) {
+__device__ __forceinline__ void ring_copy_stage(const RowRef* rows, int nch, uint4* ring, int k,
+                                                unsigned long long policy) {
     const int lane = threadIdx.x & 31;
     const int ci = lane + 32 * k;
     uint4* slot = ring + (k % SMEM_RING_STAGES(ND)) * ND * 32 + lane;
     if (ci < nch) {
         #pragma unroll
-        for (int q = 0; q < ND; q++) copy_async16((float*)(slot + q * 32), (const float*)(rows[q].chunks + ci));
+        for (int q = 0; q < ND; q++) copy_async16_stream(slot + q * 32, rows[q].chunks + ci, policy);
     }
     copy_async_commit();
 }
@@ -252,8 +267,9 @@ __device__ __forceinline__ void ring_copy_stage(const RowRef* rows, int nch, uin
 // wait for constant weights, as first_chunks).
 template <int ND>
 __device__ __forceinline__ void ring_first_stages(const RowRef* rows, int nch, uint4* ring) {
+    const unsigned long long policy = stream_policy();
     #pragma unroll
-    for (int k = 0; k + 1 < SMEM_RING_STAGES(ND); k++) ring_copy_stage<ND>(rows, nch, ring, k);
+    for (int k = 0; k + 1 < SMEM_RING_STAGES(ND); k++) ring_copy_stage<ND>(rows, nch, ring, k, policy);
 }
 
 // warp_dot_rows_tokens for one token with the chunks from the ring
@@ -264,12 +280,13 @@ __device__ __forceinline__ void warp_dot_rows_ring(const RowRef* rows, int cols,
     const int E = Fmt<FMT>::E, S = SMEM_RING_STAGES(ND);
     const int lane = threadIdx.x & 31;
     const int nch = cols / E;
+    const unsigned long long policy = stream_policy();
     double acc[ND][1];
     #pragma unroll
     for (int q = 0; q < ND; q++) acc[q][0] = 0.0;
     int k = 0;
     for (int ci = lane; ci < nch; ci += 32, k++) {
-        ring_copy_stage<ND>(rows, nch, ring, k + S - 1);
+        ring_copy_stage<ND>(rows, nch, ring, k + S - 1, policy);
         asm volatile("cp.async.wait_group %0;" ::"n"(S - 1) : "memory");
         const uint4* slot = ring + (k % S) * ND * 32 + lane;
         uint4 w[ND];
@@ -300,7 +317,7 @@ template <int FMT, int ND>
 __device__ __forceinline__ bool staged_row_dots(const RowRef* rows, bool active, bool scaled, const float* x,
                                                 int cols, double* xs, double* acc) {
     uint4 buf[ND][RING(ND)];
-    if (active) first_chunks<FMT, ND>(rows, cols, buf);
+    if (active) first_chunks<FMT, ND, 1>(rows, cols, buf);
     stage_row<Fmt<FMT>::E>(x, cols, scaled ? pow2d(Code<FMT>::P - 127) : 1.0, xs);
     __syncthreads();
     if (!active) return false;
