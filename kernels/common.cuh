@@ -258,20 +258,25 @@ __device__ __forceinline__ double chunk_factor(const RowRef& rr, int ci) {
     return pow2d(127);
 }
 
+// The shared-state-space address of a generic pointer into shared memory,
+// as cp.async takes it.
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    unsigned a;
+    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
 // Asynchronous 4-byte copy from global to shared memory (cp.async; the
 // copy bypasses registers). Each thread's copies since its last commit
 // form a group; copy_async_wait_all waits for all of this thread's groups,
 // and a barrier after it makes every thread's copies visible to the block.
 __device__ __forceinline__ void copy_async4(float* dst, const float* src) {
-    unsigned a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
+    const unsigned a = shared_address(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(a), "l"(src) : "memory");
 }
 // The same for 16 bytes (both addresses 16-byte aligned; .cg: through L2
 // only, as nothing else in the block reads them from L1).
 __device__ __forceinline__ void copy_async16(float* dst, const float* src) {
-    unsigned a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
+    const unsigned a = shared_address(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
 }
 // Weights a decode step reads once (the one-token products' rows, the
@@ -287,8 +292,7 @@ __device__ __forceinline__ unsigned long long stream_policy() {
     return p;
 }
 __device__ __forceinline__ void copy_async16_stream(void* dst, const void* src, unsigned long long policy) {
-    unsigned a;
-    asm volatile("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(dst));
+    const unsigned a = shared_address(dst);
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(a), "l"(src),
                  "l"(policy)
                  : "memory");
