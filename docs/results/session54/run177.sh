@@ -13,15 +13,7 @@ set -u
 R=${OUT:-out}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $R/card.txt
-if grep -q H200 $R/card.txt; then
-  for r in 1 2 3; do
-    echo "## process $r" >> $R/run173.txt
-    timeout 150 target/device/memra_main bench roofline --layers 4 --contexts 1024,8192,32768 --prefill 4096 \
-      --prefill-reps 1 --out $R/roofline_$r.json >> $R/run173.txt 2>&1
-    echo "rc=$? elapsed ${SECONDS} s" >> $R/run173.txt
-  done
-  grep -E "^(## |rc=|ceilings|decode b1|prefill|breakdown|error)" $R/run173.txt | cut -c1-300
-fi
+bash docs/results/prepared_session52/run173.sh target/device/memra_main  # only on an H200
 for n in att rest moe lin; do
   [ $SECONDS -lt ${GUARD:-440} ] || break
   timeout 150 target/device/memra_tf_$n gate chunks synth:flash-shape,layers=4 --variant exact --prompt-len 2176 \
