@@ -25,6 +25,11 @@ fn kernels_compile_for_compute_90() {
         assert!(body.contains("griddepcontrol.wait"), "kernel `{k}` never waits for the kernel before it");
         assert!(body.contains("griddepcontrol.launch_dependents"), "kernel `{k}` never lets the next one start");
     }
+    // and no thread leaves before it has waited: a kernel whose blocks could
+    // all finish without waiting would let the kernel after it run beside
+    // the one before
+    let early: Vec<&str> = entries(ptx).filter(|(_, body)| exits_without_waiting(body)).map(|(k, _)| k).collect();
+    assert_eq!(early, Vec::<&str>::new(), "kernels with a path to `ret` that does not wait");
     // a decode step's weight loads are evicted from L2 first, the prefill
     // groups' are not
     assert_eq!(entries(ptx).filter(|(k, _)| reads_weights_once(k)).count(), 14, "the decode products' kernels");
@@ -39,6 +44,68 @@ fn kernels_compile_for_compute_90() {
 /// (name, text) of each `.entry` in the PTX, up to the next one.
 fn entries(ptx: &str) -> impl Iterator<Item = (&str, &str)> {
     ptx.split(".entry ").skip(1).map(|e| (e.split('(').next().unwrap_or(""), e))
+}
+
+/// Whether some path through an entry's PTX reaches `ret` (or the end of
+/// the body) without passing `griddepcontrol.wait`: the body's labels,
+/// branches (`bra`, conditional where predicated) and returns as a control
+/// flow graph, walked from the first instruction and stopped at each wait.
+fn exits_without_waiting(body: &str) -> bool {
+    enum Step<'a> {
+        Label(&'a str),
+        Wait,
+        Branch { to: &'a str, conditional: bool },
+        Ret,
+    }
+    let steps: Vec<Step> = body
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| {
+            let conditional = l.starts_with('@');
+            let op =
+                if conditional { l.split_once(char::is_whitespace).map_or("", |(_, r)| r.trim_start()) } else { l };
+            if l.starts_with("$L") && l.ends_with(':') {
+                Some(Step::Label(l.trim_end_matches(':')))
+            } else if op.starts_with("griddepcontrol.wait") {
+                Some(Step::Wait)
+            } else if op.starts_with("bra") {
+                let to = op.split_whitespace().nth(1)?.trim_end_matches(';');
+                Some(Step::Branch { to, conditional })
+            } else if op.starts_with("ret") || op.starts_with("exit") {
+                Some(Step::Ret)
+            } else {
+                None
+            }
+        })
+        .collect();
+    let at = |label: &str| steps.iter().position(|s| matches!(s, Step::Label(l) if *l == label));
+    let mut seen = vec![false; steps.len() + 1];
+    let mut todo = vec![0usize];
+    while let Some(mut i) = todo.pop() {
+        loop {
+            if seen[i] {
+                break;
+            }
+            seen[i] = true;
+            match steps.get(i) {
+                None => return true, // fell off the end
+                Some(Step::Wait) => break,
+                Some(Step::Ret) => return true, // predicated or not, some thread may take it
+                Some(Step::Label(_)) => i += 1,
+                Some(Step::Branch { to, conditional }) => {
+                    // a target that is not a label of this body cannot be followed: count it as leaving
+                    let Some(t) = at(to) else { return true };
+                    if *conditional {
+                        todo.push(t);
+                        i += 1;
+                    } else {
+                        i = t;
+                    }
+                }
+            }
+        }
+    }
+    false
 }
 
 /// Kernels that read each weight once a decode step: the one-token
@@ -80,4 +147,21 @@ fn the_entry_check_sees_a_kernel_without_the_wait() {
     let missing: Vec<&str> =
         entries(ptx).filter(|(_, body)| !body.contains("griddepcontrol.wait")).map(|(k, _)| k).collect();
     assert_eq!(missing, ["b"]);
+}
+
+#[test]
+fn the_wait_check_follows_branches_to_an_early_return() {
+    // waits first, then branches: fine
+    let waits = ".entry a(\n{\n griddepcontrol.wait;\n @%p1 bra $L__BB0_2;\n st.global.f32 [%rd1], %f1;\n$L__BB0_2:\n ret;\n}\n";
+    // a block past the end of the work leaves before the wait
+    let early = ".entry b(\n{\n @%p1 bra $L__BB1_2;\n griddepcontrol.wait;\n$L__BB1_2:\n ret;\n}\n";
+    // the wait on one side of a branch only
+    let one_side = ".entry c(\n{\n @!%p1 bra $L__BB2_1;\n griddepcontrol.wait;\n bra.uni $L__BB2_2;\n$L__BB2_1:\n \
+                    add.s32 %r1, %r1, 1;\n$L__BB2_2:\n ret;\n}\n";
+    // a loop before the wait, then the wait on every path
+    let looped =
+        ".entry d(\n{\n$L__BB3_1:\n add.s32 %r1, %r1, 1;\n @%p1 bra $L__BB3_1;\n griddepcontrol.wait;\n ret;\n}\n";
+    let ptx = format!("{waits}{early}{one_side}{looped}");
+    let flagged: Vec<&str> = entries(&ptx).filter(|(_, body)| exits_without_waiting(body)).map(|(k, _)| k).collect();
+    assert_eq!(flagged, ["b", "c"]);
 }
