@@ -9,16 +9,14 @@
 # alternating rounds of decode 1k and prefill 4096. Then the flash-shape chunk gates of trig (exact widths 1 and 256,
 # fp8 widths 1 and 256) and, while time is left, the exact chunk gate past the indexer's bound.
 # First, the overlap probe's launches in both orders: overlap_trigger.patch (beside this script) on
-# prepared_session47/overlap.cu (as run, the patched file sat beside this script; the same code).
+# prepared_session47/overlap.cu, through overlap_probe.sh (as run, the patched file sat beside this
+# script and the same lines were inline here; the same code).
 set -u
 R=${OUT:-out}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $R/card.txt
 # the launches-mode overlap probe in both orders (~20 s with its build)
-patch -s -o /tmp/overlap_trigger.cu docs/results/prepared_session47/overlap.cu docs/results/session54/overlap_trigger.patch
-PATH=/usr/local/cuda/bin:$PATH nvcc -O2 -arch=sm_90 -o /tmp/overlap_trigger /tmp/overlap_trigger.cu > $R/overlap_trigger.txt 2>&1 \
-  && timeout 60 /tmp/overlap_trigger >> $R/overlap_trigger.txt 2>&1
-echo "overlap probe rc=$? elapsed ${SECONDS} s"; cat $R/overlap_trigger.txt
+bash docs/results/session54/overlap_probe.sh overlap_trigger
 if grep -q H200 $R/card.txt; then ARGS="--contexts 1024,8192,32768 --prefill 4096 --prefill-reps 1"; else ARGS="--contexts 1024 --prefill 4096 --prefill-reps 1"; fi
 for r in 1 2 3; do
   for b in main trig; do

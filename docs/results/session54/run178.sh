@@ -14,10 +14,7 @@ set -u
 R=${OUT:-out}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader | tee $R/card.txt
-patch -s -o /tmp/overlap_dataflow.cu docs/results/prepared_session47/overlap.cu docs/results/session54/overlap_dataflow.patch
-PATH=/usr/local/cuda/bin:$PATH nvcc -O2 -arch=sm_90 -o /tmp/overlap_dataflow /tmp/overlap_dataflow.cu > $R/overlap_dataflow.txt 2>&1 \
-  && timeout 90 /tmp/overlap_dataflow >> $R/overlap_dataflow.txt 2>&1
-echo "dataflow probe rc=$? elapsed ${SECONDS} s"; cat $R/overlap_dataflow.txt
+bash docs/results/session54/overlap_probe.sh overlap_dataflow 90
 bash docs/results/prepared_session52/run173.sh target/device/memra_main  # only on an H200
 for k in expert_gate_up expert_down moe_group_pairs moe_route swiglu_rows; do
   [ $SECONDS -lt ${GUARD:-440} ] || break
