@@ -79,29 +79,28 @@ fn exits_without_waiting(body: &str) -> bool {
             }
         })
         .collect();
-    let at = |label: &str| steps.iter().position(|s| matches!(s, Step::Label(l) if *l == label));
+    let labels: std::collections::HashMap<&str, usize> = steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| if let Step::Label(l) = s { Some((*l, i)) } else { None })
+        .collect();
     let mut seen = vec![false; steps.len() + 1];
     let mut todo = vec![0usize];
-    while let Some(mut i) = todo.pop() {
-        loop {
-            if seen[i] {
-                break;
-            }
-            seen[i] = true;
-            match steps.get(i) {
-                None => return true, // fell off the end
-                Some(Step::Wait) => break,
-                Some(Step::Ret) => return true, // predicated or not, some thread may take it
-                Some(Step::Label(_)) => i += 1,
-                Some(Step::Branch { to, conditional }) => {
-                    // a target that is not a label of this body cannot be followed: count it as leaving
-                    let Some(t) = at(to) else { return true };
-                    if *conditional {
-                        todo.push(t);
-                        i += 1;
-                    } else {
-                        i = t;
-                    }
+    while let Some(i) = todo.pop() {
+        if std::mem::replace(&mut seen[i], true) {
+            continue;
+        }
+        match steps.get(i) {
+            // fell off the end, or a return some thread may take, predicated or not
+            None | Some(Step::Ret) => return true,
+            Some(Step::Wait) => {}
+            Some(Step::Label(_)) => todo.push(i + 1),
+            Some(Step::Branch { to, conditional }) => {
+                // a target that is not a label of this body cannot be followed: count it as leaving
+                let Some(&t) = labels.get(to) else { return true };
+                todo.push(t);
+                if *conditional {
+                    todo.push(i + 1);
                 }
             }
         }
