@@ -51,9 +51,9 @@ struct Mat {
 // the kernel before has completed and its writes are visible, then lets
 // the kernel after start its own blocks. Every thread of every kernel
 // calls it, so no kernel completes before the one it follows (the
-// kernels_compile test walks each kernel's PTX for a path to `ret` that
-// does not wait); a kernel launched without the attribute passes straight
-// through.
+// kernels_compile test walks each kernel's PTX for a path that reaches
+// `ret`, or a store to global memory, before the wait); a kernel launched
+// without the attribute passes straight through.
 __device__ __forceinline__ void await_inputs() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

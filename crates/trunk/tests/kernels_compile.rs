@@ -25,11 +25,12 @@ fn kernels_compile_for_compute_90() {
         assert!(body.contains("griddepcontrol.wait"), "kernel `{k}` never waits for the kernel before it");
         assert!(body.contains("griddepcontrol.launch_dependents"), "kernel `{k}` never lets the next one start");
     }
-    // and no thread leaves before it has waited: a kernel whose blocks could
-    // all finish without waiting would let the kernel after it run beside
-    // the one before
-    let early: Vec<&str> = entries(ptx).filter(|(_, body)| exits_without_waiting(body)).map(|(k, _)| k).collect();
-    assert_eq!(early, Vec::<&str>::new(), "kernels with a path to `ret` that does not wait");
+    // and no thread leaves, or writes memory another kernel may use, before
+    // it has waited: a kernel whose blocks could all finish without waiting
+    // would let the kernel after it run beside the one before, and a store
+    // before the wait races with the kernel before
+    let unwaited: Vec<(&str, &str)> = entries(ptx).filter_map(|(k, body)| unwaited(body).map(|w| (k, w))).collect();
+    assert_eq!(unwaited, Vec::<(&str, &str)>::new(), "kernels that leave or write before they wait");
     // a decode step's weight loads are evicted from L2 first, the prefill
     // groups' are not
     assert_eq!(entries(ptx).filter(|(k, _)| reads_weights_once(k)).count(), 14, "the decode products' kernels");
@@ -46,17 +47,25 @@ fn entries(ptx: &str) -> impl Iterator<Item = (&str, &str)> {
     ptx.split(".entry ").skip(1).map(|e| (e.split('(').next().unwrap_or(""), e))
 }
 
-/// Whether some path through an entry's PTX reaches `ret` (or the end of
-/// the body) without passing `griddepcontrol.wait`: the body's labels,
-/// branches (`bra`, conditional where predicated) and returns as a control
-/// flow graph, walked from the first instruction and stopped at each wait
-/// (a predicated wait does not stop it: some threads skip it).
-fn exits_without_waiting(body: &str) -> bool {
+/// The first instruction that some path through an entry's PTX reaches
+/// before it passes `griddepcontrol.wait` and that must come after it:
+/// `ret` (or the end of the body: the thread leaves without waiting), or
+/// a store, atomic or reduction to global memory (it may race with the
+/// kernel before, which can still be reading or writing there; shared
+/// and local memory are the block's own). The body's labels, branches
+/// (`bra`, conditional where predicated), returns and global writes as a
+/// control flow graph, walked from the first instruction and stopped at
+/// each wait (a predicated wait does not stop it: some threads skip it).
+fn unwaited(body: &str) -> Option<&str> {
     enum Step<'a> {
         Label(&'a str),
         Wait,
-        Branch { to: &'a str, conditional: bool },
-        Ret,
+        Branch {
+            to: &'a str,
+            conditional: bool,
+        },
+        /// a return or a global write, predicated or not: some thread may take it
+        Unwaited(&'a str),
     }
     let steps: Vec<Step> = body
         .lines()
@@ -65,6 +74,7 @@ fn exits_without_waiting(body: &str) -> bool {
             let conditional = l.starts_with('@');
             let op =
                 if conditional { l.split_once(char::is_whitespace).map_or("", |(_, r)| r.trim_start()) } else { l };
+            let global_write = ["st.global", "atom.global", "red.global"].iter().any(|w| op.starts_with(w));
             if l.starts_with("$L") && l.ends_with(':') {
                 Some(Step::Label(l.trim_end_matches(':')))
             } else if op.starts_with("griddepcontrol.wait") && !conditional {
@@ -72,8 +82,8 @@ fn exits_without_waiting(body: &str) -> bool {
             } else if op.starts_with("bra") {
                 let to = op.split_whitespace().nth(1)?.trim_end_matches(';');
                 Some(Step::Branch { to, conditional })
-            } else if op.starts_with("ret") || op.starts_with("exit") {
-                Some(Step::Ret)
+            } else if op.starts_with("ret") || op.starts_with("exit") || global_write {
+                Some(Step::Unwaited(l))
             } else {
                 None
             }
@@ -91,13 +101,13 @@ fn exits_without_waiting(body: &str) -> bool {
             continue;
         }
         match steps.get(i) {
-            // fell off the end, or a return some thread may take, predicated or not
-            None | Some(Step::Ret) => return true,
+            None => return Some("the end of the body"),
+            Some(Step::Unwaited(l)) => return Some(l),
             Some(Step::Wait) => {}
             Some(Step::Label(_)) => todo.push(i + 1),
             Some(Step::Branch { to, conditional }) => {
                 // a target that is not a label of this body cannot be followed: count it as leaving
-                let Some(&t) = labels.get(to) else { return true };
+                let Some(&t) = labels.get(to) else { return Some("a branch out of the body") };
                 todo.push(t);
                 if *conditional {
                     todo.push(i + 1);
@@ -105,7 +115,7 @@ fn exits_without_waiting(body: &str) -> bool {
             }
         }
     }
-    false
+    None
 }
 
 /// Kernels that read each weight once a decode step: the one-token
@@ -150,8 +160,8 @@ fn the_entry_check_sees_a_kernel_without_the_wait() {
 }
 
 #[test]
-fn the_wait_check_follows_branches_to_an_early_return() {
-    // waits first, then branches: fine
+fn the_wait_check_follows_branches_to_an_early_return_or_write() {
+    // waits first, then branches and stores: fine
     let waits = ".entry a(\n{\n griddepcontrol.wait;\n @%p1 bra $L__BB0_2;\n st.global.f32 [%rd1], %f1;\n$L__BB0_2:\n ret;\n}\n";
     // a block past the end of the work leaves before the wait
     let early = ".entry b(\n{\n @%p1 bra $L__BB1_2;\n griddepcontrol.wait;\n$L__BB1_2:\n ret;\n}\n";
@@ -163,7 +173,23 @@ fn the_wait_check_follows_branches_to_an_early_return() {
         ".entry d(\n{\n$L__BB3_1:\n add.s32 %r1, %r1, 1;\n @%p1 bra $L__BB3_1;\n griddepcontrol.wait;\n ret;\n}\n";
     // a wait that some threads skip
     let predicated = ".entry e(\n{\n @%p1 griddepcontrol.wait;\n ret;\n}\n";
-    let ptx = format!("{waits}{early}{one_side}{looped}{predicated}");
-    let flagged: Vec<&str> = entries(&ptx).filter(|(_, body)| exits_without_waiting(body)).map(|(k, _)| k).collect();
-    assert_eq!(flagged, ["b", "c", "e"]);
+    // weights staged into shared memory before the wait: fine
+    let shared =
+        ".entry f(\n{\n ld.global.nc.f32 %f1, [%rd1];\n st.shared.f32 [%r1], %f1;\n griddepcontrol.wait;\n ret;\n}\n";
+    // an output zeroed on one branch before the wait, and a counter bumped before it
+    let zeroed = ".entry g(\n{\n @%p1 bra $L__BB6_2;\n @%p2 st.global.f32 [%rd1], 0f00000000;\n$L__BB6_2:\n \
+                  griddepcontrol.wait;\n ret;\n}\n";
+    let counted = ".entry h(\n{\n atom.global.add.u32 %r1, [%rd1], 1;\n griddepcontrol.wait;\n ret;\n}\n";
+    let ptx = format!("{waits}{early}{one_side}{looped}{predicated}{shared}{zeroed}{counted}");
+    let flagged: Vec<(&str, &str)> = entries(&ptx).filter_map(|(k, body)| unwaited(body).map(|w| (k, w))).collect();
+    assert_eq!(
+        flagged,
+        [
+            ("b", "ret;"),
+            ("c", "ret;"),
+            ("e", "ret;"),
+            ("g", "@%p2 st.global.f32 [%rd1], 0f00000000;"),
+            ("h", "atom.global.add.u32 %r1, [%rd1], 1;")
+        ]
+    );
 }
