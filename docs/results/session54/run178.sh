@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Superseded by docs/results/session55/run178.sh (the same steps, with the join probe first).
 # Prepared in the fifty-fourth session for the next one (not run). Builds: run build_tf_split.sh
 # (beside this script) on the development machine first; carry target/device/memra_main and the five
 # target/device/memra_tf_<kernel> (~39 MB together).
