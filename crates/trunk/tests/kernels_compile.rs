@@ -50,9 +50,9 @@ fn entries(ptx: &str) -> impl Iterator<Item = (&str, &str)> {
 /// The first instruction that some path through an entry's PTX reaches
 /// before it passes `griddepcontrol.wait` and that must come after it:
 /// `ret` (or the end of the body: the thread leaves without waiting), or
-/// a store, atomic or reduction to global memory (it may race with the
-/// kernel before, which can still be reading or writing there; shared
-/// and local memory are the block's own). The body's labels, branches
+/// a store, atomic, reduction or bulk copy to global memory (it may race
+/// with the kernel before, which can still be reading or writing there;
+/// shared and local memory are the block's own). The body's labels, branches
 /// (`bra`, conditional where predicated), returns and global writes as a
 /// control flow graph, walked from the first instruction and stopped at
 /// each wait (a predicated wait does not stop it: some threads skip it).
@@ -74,7 +74,10 @@ fn unwaited(body: &str) -> Option<&str> {
             let conditional = l.starts_with('@');
             let op =
                 if conditional { l.split_once(char::is_whitespace).map_or("", |(_, r)| r.trim_start()) } else { l };
-            let global_write = ["st.global", "atom.global", "red.global"].iter().any(|w| op.starts_with(w));
+            let global_write =
+                ["st.global", "atom.global", "red.global", "cp.async.bulk.global", "cp.reduce.async.bulk.global"]
+                    .iter()
+                    .any(|w| op.starts_with(w));
             if l.starts_with("$L") && l.ends_with(':') {
                 Some(Step::Label(l.trim_end_matches(':')))
             } else if op.starts_with("griddepcontrol.wait") && !conditional {
