@@ -29,8 +29,7 @@ fn kernels_compile_for_compute_90() {
     // it has waited: a kernel whose blocks could all finish without waiting
     // would let the kernel after it run beside the one before, and a store
     // before the wait races with the kernel before
-    let unwaited: Vec<(&str, &str)> = entries(ptx).filter_map(|(k, body)| unwaited(body).map(|w| (k, w))).collect();
-    assert_eq!(unwaited, Vec::<(&str, &str)>::new(), "kernels that leave or write before they wait");
+    assert_eq!(unwaited_kernels(ptx), Vec::<(&str, &str)>::new(), "kernels that leave or write before they wait");
     // a decode step's weight loads are evicted from L2 first, the prefill
     // groups' are not
     assert_eq!(entries(ptx).filter(|(k, _)| reads_weights_once(k)).count(), 14, "the decode products' kernels");
@@ -45,6 +44,12 @@ fn kernels_compile_for_compute_90() {
 /// (name, text) of each `.entry` in the PTX, up to the next one.
 fn entries(ptx: &str) -> impl Iterator<Item = (&str, &str)> {
     ptx.split(".entry ").skip(1).map(|e| (e.split('(').next().unwrap_or(""), e))
+}
+
+/// (kernel, instruction) for each entry of the PTX with an [`unwaited`]
+/// instruction.
+fn unwaited_kernels(ptx: &str) -> Vec<(&str, &str)> {
+    entries(ptx).filter_map(|(k, body)| unwaited(body).map(|w| (k, w))).collect()
 }
 
 /// The first instruction that some path through an entry's PTX reaches
@@ -184,9 +189,8 @@ fn the_wait_check_follows_branches_to_an_early_return_or_write() {
                   griddepcontrol.wait;\n ret;\n}\n";
     let counted = ".entry h(\n{\n atom.global.add.u32 %r1, [%rd1], 1;\n griddepcontrol.wait;\n ret;\n}\n";
     let ptx = format!("{waits}{early}{one_side}{looped}{predicated}{shared}{zeroed}{counted}");
-    let flagged: Vec<(&str, &str)> = entries(&ptx).filter_map(|(k, body)| unwaited(body).map(|w| (k, w))).collect();
     assert_eq!(
-        flagged,
+        unwaited_kernels(&ptx),
         [
             ("b", "ret;"),
             ("c", "ret;"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fifty-fifth session, run on the development machine (cargo) before run178b.sh: two builds that test
+# Fifty-fifth session, run on the development machine (cargo) before run178.sh: two builds that test
 # whether the trigger-first failure of run 177 is the launch after `branch_join` (the MoE's shared
 # expert on the branch stream, joined before hc_post): join-no-pdl.patch launches the first kernel on
 # the main stream after a join without the programmatic attribute.
