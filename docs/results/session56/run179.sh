@@ -3,7 +3,9 @@
 # In run 178 (H100) every gate timed out at 110 s with no output: a build whose PTX the machine has not
 # seen spends ~80 s in the driver's JIT before the gate's own ~55 s (run 176: a first process 110-114 s,
 # later ones 30-36 s). Here each gate gets 170 s. Carried: target/device/memra_main and the memra_tf_*
-# builds of session54/build_tf_split.sh and session55/build_join.sh.
+# builds of session54/build_tf_split.sh and session55/build_join.sh, built on the fifty-sixth session's
+# cubin change (NVRTC compiles the kernels to sm_90 machine code, so no driver JIT: a gate's elapsed
+# time says what that saves).
 # 1. On an H200 only: main's headline (run173.sh, three processes).
 # 2. The chunk gate past the indexer's bound (flash shape, exact, 2176 positions, width 256) for
 #    trigger-first in moe.cu + moe_tensor.cu with join-no-pdl, then expert_down alone without and with
