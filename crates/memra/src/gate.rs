@@ -73,7 +73,13 @@ pub(crate) fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Resul
         fault: a.parsed::<Fault>("inject-fault")?,
         sums: a.parsed_or("sums", ProductSums::Exact)?,
     };
-    Dsv4Gpu::load(model.weights.clone(), &parse_devices(a.get("devices"))?, opts)
+    let devices = parse_devices(a.get("devices"))?;
+    let t = std::time::Instant::now();
+    let gpu = Dsv4Gpu::load(model.weights.clone(), &devices, opts)?;
+    // progress on stderr: the first start of a build can spend a minute
+    // compiling kernels before the command's own work begins
+    eprintln!("{}: uploaded to devices {:?} in {:.1} s", model.label, gpu.devices(), t.elapsed().as_secs_f64());
+    Ok(gpu)
 }
 
 /// `C_gpu + C_cpu` for `gpu` (its expert sums) on `model`.
