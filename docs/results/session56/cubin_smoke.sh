@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fifty-sixth session: the cubin change on a GPU in the least time. target/device/memra_main is the
 # cubin branch's build (NVRTC compiles the kernels to sm_XY machine code; main before it loaded PTX,
-# which the driver compiled on a build's first start: 60-100 s in "uploaded to devices", 4-6 s after).
+# which the driver compiled on a build's first start: 64-77 s in "uploaded to devices", 4-8 s after).
 # 1. The flash-shape roofline at 1k (its "uploaded to devices" line is the cold start; decode 1k as
 #    main's on the same card). 2. The small model's compare and chunk gates, exact; their "uploaded to
 #    devices" lines are starts with the machine code kept on disk by the first process.
