@@ -110,13 +110,11 @@ fn roofline(a: &Args) -> Result<()> {
         weights.stored_bytes() as f64 / 1e9
     );
     let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
-    let t = Instant::now();
-    let gpu = Dsv4Gpu::load(
+    let gpu = crate::gate::upload(
         weights,
         &crate::gate::parse_devices(a.get("devices"))?,
         GpuOptions { variant, sums: a.parsed_or("sums", ProductSums::Exact)?, ..Default::default() },
     )?;
-    eprintln!("uploaded to devices {:?} in {:.1} s", gpu.devices(), t.elapsed().as_secs_f64());
     let vram = gpu.vram_report()?;
     for v in &vram {
         println!(

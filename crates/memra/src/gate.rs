@@ -73,12 +73,20 @@ pub(crate) fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Resul
         fault: a.parsed::<Fault>("inject-fault")?,
         sums: a.parsed_or("sums", ProductSums::Exact)?,
     };
-    let devices = parse_devices(a.get("devices"))?;
+    upload(model.weights.clone(), &parse_devices(a.get("devices"))?, opts)
+}
+
+/// `Dsv4Gpu::load`, saying on stderr how long it took: the first start of
+/// a build can spend a minute compiling kernels before the command's own
+/// work begins.
+pub(crate) fn upload(
+    weights: std::sync::Arc<trunk::weights::Dsv4Weights>,
+    devices: &[usize],
+    opts: GpuOptions,
+) -> Result<Dsv4Gpu> {
     let t = std::time::Instant::now();
-    let gpu = Dsv4Gpu::load(model.weights.clone(), &devices, opts)?;
-    // progress on stderr: the first start of a build can spend a minute
-    // compiling kernels before the command's own work begins
-    eprintln!("{}: uploaded to devices {:?} in {:.1} s", model.label, gpu.devices(), t.elapsed().as_secs_f64());
+    let gpu = Dsv4Gpu::load(weights, devices, opts)?;
+    eprintln!("uploaded to devices {:?} in {:.1} s", gpu.devices(), t.elapsed().as_secs_f64());
     Ok(gpu)
 }
 
