@@ -1,16 +1,56 @@
-//! Every kernel compiles with NVRTC for compute_90 and exports its entry
-//! points. Needs libnvrtc (the GPU machine, or the `nvidia-cuda-nvrtc` wheel
+//! Every kernel compiles with NVRTC, to PTX for compute_90 and to machine
+//! code for sm_90, and exports its entry points. Needs libnvrtc (the GPU machine, or the `nvidia-cuda-nvrtc` wheel
 //! that .ci/run installs); without it the test says so, and fails when
 //! MEMRA_REQUIRE_NVRTC=1 (as in CI).
 
+/// Whether NVRTC can be loaded; without it, a skip (or a failure when
+/// MEMRA_REQUIRE_NVRTC=1).
+fn nvrtc_present() -> bool {
+    if trunk::gpu::nvrtc::library_present("nvrtc") {
+        return true;
+    }
+    let msg = "libnvrtc not found; kernels not compiled (set LD_LIBRARY_PATH to an NVRTC 13 library)";
+    if std::env::var("MEMRA_REQUIRE_NVRTC").as_deref() == Ok("1") {
+        panic!("{msg}");
+    }
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+/// The machine code the GPU forward loads: an ELF image for the CUDA
+/// machine that defines every entry point, and a clear refusal for a
+/// device older than the kernels need.
+#[test]
+fn kernels_compile_to_sm_90_machine_code() {
+    if !nvrtc_present() {
+        return;
+    }
+    let image = trunk::gpu::nvrtc::cubin(9, 0).unwrap();
+    // kept between processes in the cache directory, after its SHA-256
+    if let Some(dir) = trunk::gpu::nvrtc::kernel_cache_dir() {
+        let kept = std::fs::read_dir(&dir).unwrap().flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with("sm_90-")
+                && std::fs::read(e.path()).is_ok_and(|b| b.len() > 32 && b[32..] == image[..])
+        });
+        assert!(kept, "the image is not kept in {}", dir.display());
+    }
+    assert_eq!(&image[..4], b"\x7fELF", "the cubin is not an ELF image");
+    assert_eq!(u16::from_le_bytes([image[18], image[19]]), 190, "the ELF image is not for the CUDA machine");
+    // the target architecture, in bits 8-15 of the ELF header's flags (the
+    // layout NVRTC 13 writes: 0x5a for sm_90, 0x64 for sm_100)
+    assert_eq!(image[49], 90, "the cubin is not for sm_90");
+    for k in trunk::gpu::nvrtc::KERNELS {
+        let symbol = format!("\0{k}\0");
+        assert!(image.windows(symbol.len()).any(|w| w == symbol.as_bytes()), "kernel `{k}` missing from the cubin");
+    }
+    assert!(std::sync::Arc::ptr_eq(&image, &trunk::gpu::nvrtc::cubin(9, 0).unwrap()), "compiled twice");
+    let old = trunk::gpu::nvrtc::cubin(8, 0).unwrap_err().to_string();
+    assert!(old.contains("8.0") && old.contains("9.0"), "{old}");
+}
+
 #[test]
 fn kernels_compile_for_compute_90() {
-    if !trunk::gpu::nvrtc::library_present("nvrtc") {
-        let msg = "libnvrtc not found; kernels not compiled (set LD_LIBRARY_PATH to an NVRTC 13 library)";
-        if std::env::var("MEMRA_REQUIRE_NVRTC").as_deref() == Ok("1") {
-            panic!("{msg}");
-        }
-        eprintln!("SKIPPED: {msg}");
+    if !nvrtc_present() {
         return;
     }
     let ptx = trunk::gpu::nvrtc::ptx().unwrap();

@@ -87,10 +87,12 @@ impl Gpu {
         let (side_start, side_done) = (event()?, event()?);
         let branch_stream = ctx.new_stream().map_err(|e| anyhow!("creating a stream on device {ordinal}: {e}"))?;
         let (branch_start, branch_done) = (event()?, event()?);
-        let ptx = nvrtc::ptx()?;
+        let (major, minor) =
+            ctx.compute_capability().map_err(|e| anyhow!("reading device {ordinal}'s compute capability: {e}"))?;
+        let image = nvrtc::cubin(major, minor).map_err(|e| anyhow!("device {ordinal}: {e}"))?;
         let module = ctx
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
-            .map_err(|e| anyhow!("loading kernels on device {ordinal}: {e}"))?;
+            .load_module(cudarc::nvrtc::Ptx::from_binary(image.to_vec()))
+            .map_err(|e| anyhow!("loading kernels (sm_{major}{minor}) on device {ordinal}: {e}"))?;
         let mut kernels = HashMap::new();
         for &k in nvrtc::KERNELS {
             let f = module.load_function(k).map_err(|e| anyhow!("kernel `{k}`: {e}"))?;

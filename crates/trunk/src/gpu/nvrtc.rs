@@ -1,9 +1,24 @@
 //! Kernel sources (`kernels/*.cu`, one op per file) compiled by NVRTC at load
-//! time for `compute_90`, once per process.
+//! time: to machine code (a cubin) for the device's own architecture, once
+//! per architecture and process, which the driver loads as it is; and to
+//! PTX for `compute_90`, the form the tests read.
+//!
+//! The machine code is kept on disk between processes (`kernel_cache_dir`),
+//! under a key of everything that shapes it, so only a build's first start
+//! on a machine compiles. On the GPU machine (run 180, perf.md's
+//! fifty-seventh session) that first start took 62-74 s, about what
+//! loading PTX took (64-77 s, NVRTC's PTX and the driver's compile of it),
+//! and a later one 0.6 s (the small model's whole load) where loading PTX
+//! took 4-8 s in every process.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use anyhow::{anyhow, Result};
+use sha2::{Digest, Sha256};
+
+use anyhow::{anyhow, bail, Result};
 
 /// The kernel files, in translation-unit order (the shared header first).
 pub const SOURCES: &[(&str, &str)] = &[
@@ -106,16 +121,21 @@ pub fn library_present(name: &str) -> bool {
     cudarc::get_lib_name_candidates(name).iter().any(|c| unsafe { libloading::Library::new(c) }.is_ok())
 }
 
-/// Compile the kernels to PTX (cached for the process).
+const NO_NVRTC: &str = "NVRTC (libnvrtc.so) was not found: kernels cannot be compiled on this machine";
+
+/// NVRTC's options for every compile, beside the target architecture.
+const OPTIONS: &[&str] = &["--std=c++17"];
+
+/// Compile the kernels to PTX for `compute_90` (cached for the process).
 pub fn ptx() -> Result<&'static str> {
     static PTX: OnceLock<Result<String, String>> = OnceLock::new();
     PTX.get_or_init(|| {
         if !library_present("nvrtc") {
-            return Err("NVRTC (libnvrtc.so) was not found: kernels cannot be compiled on this machine".into());
+            return Err(NO_NVRTC.into());
         }
         let opts = cudarc::nvrtc::CompileOptions {
             arch: Some("compute_90"),
-            options: vec!["--std=c++17".into()],
+            options: OPTIONS.iter().map(|o| o.to_string()).collect(),
             ..Default::default()
         };
         cudarc::nvrtc::compile_ptx_with_opts(source(), opts)
@@ -127,9 +147,187 @@ pub fn ptx() -> Result<&'static str> {
     .map_err(|e| anyhow!("{e}"))
 }
 
+/// The oldest compute capability the kernels run on (thread block
+/// clusters, `griddepcontrol`, the FP64 `mma.sync` shapes: Hopper).
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
+
+/// Compile the kernels to machine code for compute capability
+/// `major.minor` (`sm_<major><minor>`), cached for the process by
+/// capability.
+pub fn cubin(major: i32, minor: i32) -> Result<Arc<Vec<u8>>> {
+    type Cache = Mutex<HashMap<(i32, i32), Result<Arc<Vec<u8>>, String>>>;
+    static CUBINS: OnceLock<Cache> = OnceLock::new();
+    if (major, minor) < MIN_COMPUTE_CAPABILITY {
+        let (a, b) = MIN_COMPUTE_CAPABILITY;
+        bail!("compute capability {major}.{minor}: the kernels need {a}.{b} or later");
+    }
+    let mut cache =
+        CUBINS.get_or_init(Default::default).lock().map_err(|_| anyhow!("the cubin cache's lock was poisoned"))?;
+    cache
+        .entry((major, minor))
+        .or_insert_with(|| {
+            if !library_present("nvrtc") {
+                return Err(NO_NVRTC.into());
+            }
+            let (arch, src) = (format!("sm_{major}{minor}"), source());
+            let key = cubin_key(&arch, &src)?;
+            kept(kernel_cache_dir().as_deref(), &key, || compile_cubin(&arch, src)).map(Arc::new)
+        })
+        .clone()
+        .map_err(|e| anyhow!("{e}"))
+}
+
+/// The name of the machine code for `arch` on disk: a hash of the kernels'
+/// source `src`, NVRTC's options, NVRTC's version and the architecture.
+fn cubin_key(arch: &str, src: &str) -> Result<String, String> {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: two out-parameters that live across the call.
+    unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| format!("NVRTC's version: {e}"))?;
+    let mut h = Sha256::new();
+    for part in [src, &OPTIONS.join(" "), &format!("nvrtc {major}.{minor}"), arch] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    Ok(format!("{arch}-{:x}", h.finalize()))
+}
+
+/// Where compiled kernels are kept between processes:
+/// `$XDG_CACHE_HOME/memra/kernels`, else `$HOME/.cache/memra/kernels`.
+pub fn kernel_cache_dir() -> Option<PathBuf> {
+    let base = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(std::env::var_os("HOME").filter(|h| !h.is_empty())?).join(".cache"),
+    };
+    Some(base.join("memra").join("kernels"))
+}
+
+/// How many images the disk store keeps (the newest; a few MB each).
+const KEPT_IMAGES: usize = 16;
+
+/// The image kept in `dir` under `key` when it is whole (the file holds the
+/// image's SHA-256 and then the image), else `compile()`'s, kept there for
+/// the next process, beside at most `KEPT_IMAGES - 1` older ones. Failing
+/// to read or write the directory costs only a compile; a file written at
+/// once by two processes is renamed into place whole.
+fn kept(dir: Option<&Path>, key: &str, compile: impl FnOnce() -> Result<Vec<u8>, String>) -> Result<Vec<u8>, String> {
+    let path = dir.map(|d| d.join(key));
+    if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+        if bytes.len() > 32 && bytes[..32] == Sha256::digest(&bytes[32..])[..] {
+            return Ok(bytes[32..].to_vec());
+        }
+    }
+    let image = compile()?;
+    if let (Some(dir), Some(path)) = (dir, path) {
+        let tmp = dir.join(format!("{key}.{}.tmp", std::process::id()));
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&tmp, [&Sha256::digest(&image)[..], &image].concat()))
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        prune(dir, key);
+    }
+    Ok(image)
+}
+
+/// Remove all but the newest `KEPT_IMAGES` files of `dir` (never `key`'s).
+fn prune(dir: &Path, key: &str) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.file_name() != key)
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    files.sort_by(|a, b| b.cmp(a));
+    for (_, path) in files.iter().skip(KEPT_IMAGES - 1) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+fn compile_cubin(arch: &str, src: String) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::{result, sys};
+    let failed = |what: &str, e: &dyn std::fmt::Display| format!("NVRTC failed to {what} kernels/ for {arch}: {e}");
+    let src = CString::new(src).map_err(|e| failed("read", &e))?;
+    let prog = result::create_program(&src, None).map_err(|e| failed("create a program of", &e))?;
+    let mut options: Vec<String> = OPTIONS.iter().map(|o| o.to_string()).collect();
+    options.push(format!("-arch={arch}"));
+    // SAFETY: `prog` is a live program until `destroy_program` below; the
+    // buffer handed to nvrtcGetCUBIN holds the size NVRTC reported.
+    unsafe {
+        let compiled = result::compile_program(prog, &options).map_err(|e| {
+            let log = result::get_program_log(prog)
+                .map(|l| std::ffi::CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
+                .unwrap_or_default();
+            failed("compile", &format!("{e}\n{log}"))
+        });
+        let image = compiled.and_then(|()| {
+            let mut size = 0usize;
+            sys::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| failed("size the cubin of", &e))?;
+            let mut image = vec![0u8; size];
+            sys::nvrtcGetCUBIN(prog, image.as_mut_ptr().cast())
+                .result()
+                .map_err(|e| failed("copy the cubin of", &e))?;
+            Ok(image)
+        });
+        result::destroy_program(prog).map_err(|e| failed("release the program of", &e))?;
+        image
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
+
+    use super::{kept, KEPT_IMAGES};
+
+    #[test]
+    fn kept_images_are_read_back_whole_or_compiled_again() {
+        let dir = std::env::temp_dir().join(format!("memra-kept-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let image = b"\x7fELF image".to_vec();
+        let compiles = std::cell::Cell::new(0);
+        let compile = || {
+            compiles.set(compiles.get() + 1);
+            Ok(image.clone())
+        };
+        // compiled once, then read back without compiling
+        assert_eq!(kept(Some(&dir), "k", compile).unwrap(), image);
+        assert_eq!(kept(Some(&dir), "k", compile).unwrap(), image);
+        assert_eq!(compiles.get(), 1);
+        // another key is another image
+        assert_eq!(kept(Some(&dir), "other", compile).unwrap(), image);
+        assert_eq!(compiles.get(), 2);
+        // a damaged or truncated file is compiled again, and replaced
+        let path = dir.join("k");
+        let mut bytes = std::fs::read(&path).unwrap();
+        *bytes.last_mut().unwrap() ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert_eq!(kept(Some(&dir), "k", compile).unwrap(), image);
+        assert_eq!(compiles.get(), 3);
+        std::fs::write(&path, &bytes[..20]).unwrap();
+        assert_eq!(kept(Some(&dir), "k", compile).unwrap(), image);
+        assert_eq!(kept(Some(&dir), "k", compile).unwrap(), image);
+        assert_eq!(compiles.get(), 4);
+        // a directory that cannot be made (a file is in the way), or none, costs a compile, not an error
+        let blocked = dir.join("k").join("below");
+        assert_eq!(kept(Some(&blocked), "k", compile).unwrap(), image);
+        assert_eq!(kept(None, "k", compile).unwrap(), image);
+        assert_eq!(compiles.get(), 6);
+        // a failed compile is the error, and nothing is kept
+        assert_eq!(kept(Some(&dir), "bad", || Err("no".into())), Err::<Vec<u8>, _>("no".into()));
+        assert!(!dir.join("bad").exists());
+        // the store keeps the newest KEPT_IMAGES, the one just written among them
+        for i in 0..KEPT_IMAGES + 3 {
+            assert_eq!(kept(Some(&dir), &format!("n{i}"), compile).unwrap(), image);
+        }
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), KEPT_IMAGES);
+        assert!(dir.join(format!("n{}", KEPT_IMAGES + 2)).exists());
+        // no temporary files left behind
+        assert!(std::fs::read_dir(&dir).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".tmp")));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// The text up to the bracket that closes one opened just before
     /// `text`, and the rest after that bracket.
