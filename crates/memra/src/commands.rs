@@ -486,3 +486,42 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
     Ok(())
 }
+
+const KERNELS_HELP: &str = "memra kernels [--arch MAJOR.MINOR]
+
+Compiles the GPU kernels with NVRTC to machine code for compute capability
+--arch (default 9.0, the H100 and H200) and keeps it where the GPU forward
+looks on every start ($XDG_CACHE_HOME/memra/kernels, else
+~/.cache/memra/kernels), so that the first start of this build on the
+machine skips the compile (about a minute). Needs NVRTC (libnvrtc.so.13),
+not a GPU. Prints where the image is kept.
+";
+
+pub fn kernels(argv: &[String]) -> Result<()> {
+    let a = Args::parse(argv, &["arch"], &[])?;
+    if a.help {
+        print!("{KERNELS_HELP}");
+        return Ok(());
+    }
+    let arch = a.get("arch").unwrap_or("9.0");
+    let (major, minor) = arch
+        .split_once('.')
+        .and_then(|(m, n)| Some((m.parse::<i32>().ok()?, n.parse::<i32>().ok()?)))
+        .with_context(|| format!("--arch {arch}: expected a compute capability MAJOR.MINOR, like 9.0"))?;
+    let kept_before = trunk::gpu::nvrtc::kept_cubin_path(major, minor)?.filter(|p| p.exists());
+    if kept_before.is_none() {
+        eprintln!("compiling the kernels for sm_{major}{minor} with NVRTC (about a minute)");
+    }
+    let t = Instant::now();
+    let image = trunk::gpu::nvrtc::cubin(major, minor)?;
+    let how = match kept_before {
+        Some(_) => "already kept".to_string(),
+        None => format!("compiled in {:.1} s", t.elapsed().as_secs_f64()),
+    };
+    let mb = image.len() as f64 / 1e6;
+    match trunk::gpu::nvrtc::kept_cubin_path(major, minor)?.filter(|p| p.exists()) {
+        Some(p) => println!("sm_{major}{minor} kernels ({mb:.1} MB) {how}: {}", p.display()),
+        None => bail!("sm_{major}{minor} kernels ({mb:.1} MB) {how}, but not kept: no writable cache directory (set XDG_CACHE_HOME or HOME)"),
+    }
+    Ok(())
+}

@@ -19,6 +19,7 @@ commands:
   logits     teacher-forced logits of every position of a token sequence
   gate       the gates: tf (teacher-forced), chunks (batch invariance), compare, host-cache
   bench      measurements on the GPU: park (snapshot/restore throughput)
+  kernels    compile the GPU kernels ahead of a first start (no GPU needed)
 ";
 
 fn main() {
@@ -46,6 +47,7 @@ fn run(argv: &[String]) -> Result<()> {
         "logits" => commands::logits(rest),
         "gate" => gate::gate(rest),
         "bench" => bench::bench(rest),
+        "kernels" => commands::kernels(rest),
         "--help" | "-h" | "help" => {
             print!("{USAGE}");
             Ok(())

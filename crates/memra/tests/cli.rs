@@ -110,8 +110,35 @@ fn bad_input_gives_clear_errors() {
 
 #[test]
 fn every_command_has_help() {
-    for c in ["generate", "synth", "bank", "logits"] {
+    for c in ["generate", "synth", "bank", "logits", "kernels"] {
         let (ok, out, _) = memra(&[c, "--help"]);
         assert!(ok && out.contains(&format!("memra {c}")), "{c}: {out}");
     }
+}
+
+#[test]
+fn kernels_are_compiled_ahead_and_kept() {
+    // refusals that need no NVRTC
+    let (ok, _, err) = memra(&["kernels", "--arch", "8.0"]);
+    assert!(!ok && err.contains("8.0") && err.contains("9.0"), "{err}");
+    let (ok, _, err) = memra(&["kernels", "--arch", "sm_90"]);
+    assert!(!ok && err.contains("--arch sm_90"), "{err}");
+    if !trunk::gpu::nvrtc::library_present("nvrtc") {
+        assert!(std::env::var("MEMRA_REQUIRE_NVRTC").as_deref() != Ok("1"), "NVRTC is required and missing");
+        eprintln!("SKIPPED: libnvrtc not found; `memra kernels` not run");
+        return;
+    }
+    // the image kept where the GPU forward looks (the default cache
+    // directory, shared with kernels_compile: whichever runs first compiles)
+    let (ok, out, err) = memra(&["kernels"]);
+    assert!(ok, "{err}");
+    let path = out.trim().rsplit(": ").next().unwrap();
+    let kept = std::fs::read(path).unwrap();
+    use sha2::Digest;
+    assert_eq!(kept[..32], sha2::Sha256::digest(&kept[32..])[..], "{path} is not an image after its SHA-256");
+    assert_eq!(&kept[32..36], b"\x7fELF");
+    assert_eq!(Some(std::path::Path::new(path)), trunk::gpu::nvrtc::kept_cubin_path(9, 0).unwrap().as_deref());
+    // and read back, not compiled, on the next call
+    let (ok, out, err) = memra(&["kernels", "--arch", "9.0"]);
+    assert!(ok && out.contains("already kept") && out.contains(path), "{out}{err}");
 }

@@ -151,16 +151,21 @@ pub fn ptx() -> Result<&'static str> {
 /// clusters, `griddepcontrol`, the FP64 `mma.sync` shapes: Hopper).
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
 
+fn supported(major: i32, minor: i32) -> Result<()> {
+    if (major, minor) < MIN_COMPUTE_CAPABILITY {
+        let (a, b) = MIN_COMPUTE_CAPABILITY;
+        bail!("compute capability {major}.{minor}: the kernels need {a}.{b} or later");
+    }
+    Ok(())
+}
+
 /// Compile the kernels to machine code for compute capability
 /// `major.minor` (`sm_<major><minor>`), cached for the process by
 /// capability.
 pub fn cubin(major: i32, minor: i32) -> Result<Arc<Vec<u8>>> {
     type Cache = Mutex<HashMap<(i32, i32), Result<Arc<Vec<u8>>, String>>>;
     static CUBINS: OnceLock<Cache> = OnceLock::new();
-    if (major, minor) < MIN_COMPUTE_CAPABILITY {
-        let (a, b) = MIN_COMPUTE_CAPABILITY;
-        bail!("compute capability {major}.{minor}: the kernels need {a}.{b} or later");
-    }
+    supported(major, minor)?;
     let mut cache =
         CUBINS.get_or_init(Default::default).lock().map_err(|_| anyhow!("the cubin cache's lock was poisoned"))?;
     cache
@@ -175,6 +180,18 @@ pub fn cubin(major: i32, minor: i32) -> Result<Arc<Vec<u8>>> {
         })
         .clone()
         .map_err(|e| anyhow!("{e}"))
+}
+
+/// The file that holds (or will hold) the machine code for compute
+/// capability `major.minor` between processes: None where there is no
+/// cache directory (`kernel_cache_dir`).
+pub fn kept_cubin_path(major: i32, minor: i32) -> Result<Option<PathBuf>> {
+    supported(major, minor)?;
+    if !library_present("nvrtc") {
+        bail!("{NO_NVRTC}");
+    }
+    let key = cubin_key(&format!("sm_{major}{minor}"), &source()).map_err(|e| anyhow!("{e}"))?;
+    Ok(kernel_cache_dir().map(|d| d.join(key)))
 }
 
 /// The name of the machine code for `arch` on disk: a hash of the kernels'
