@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fifty-seventh session: run 181. Carried: target/run181/ (memra_main: main e651612, which loads NVRTC
-# machine code kept on disk; memra_split: the same with NVRTC's --split-compile=0; tf/: session56's
+# Fifty-seventh session: run 181 (not run in that session: no machine came). Carried: target/run181/ and
+# target/kcache, built by build_run181.sh (memra_main: main, which loads NVRTC machine code kept on disk; memra_split: the same with NVRTC's --split-compile=0; tf/: session56's
 # trigger-first builds of moe_group_pairs and moe_route) and target/kcache (main's sm_90 image,
 # compiled on the development machine with the same NVRTC 13.0.88: the key run 180 wrote on the GPU).
 # 1. On an H200 only: the headline (prepared_session52/run173.sh, three processes) with main.
