@@ -508,20 +508,28 @@ pub fn kernels(argv: &[String]) -> Result<()> {
         .split_once('.')
         .and_then(|(m, n)| Some((m.parse::<i32>().ok()?, n.parse::<i32>().ok()?)))
         .with_context(|| format!("--arch {arch}: expected a compute capability MAJOR.MINOR, like 9.0"))?;
-    let kept_before = trunk::gpu::nvrtc::kept_cubin_path(major, minor)?.filter(|p| p.exists());
-    if kept_before.is_none() {
+    let path = trunk::gpu::nvrtc::kept_cubin_path(major, minor)?;
+    // the kept file's time: a file that is missing, or damaged and written
+    // again, means a compile
+    let written = || path.as_ref().and_then(|p| p.metadata().ok()?.modified().ok());
+    let before = written();
+    if before.is_none() {
         eprintln!("compiling the kernels for sm_{major}{minor} with NVRTC (about a minute)");
     }
     let t = Instant::now();
     let image = trunk::gpu::nvrtc::cubin(major, minor)?;
-    let how = match kept_before {
-        Some(_) => "already kept".to_string(),
-        None => format!("compiled in {:.1} s", t.elapsed().as_secs_f64()),
+    let after = written();
+    let how = if after.is_some() && after == before {
+        "already kept".to_string()
+    } else {
+        format!("compiled in {:.1} s", t.elapsed().as_secs_f64())
     };
     let mb = image.len() as f64 / 1e6;
-    match trunk::gpu::nvrtc::kept_cubin_path(major, minor)?.filter(|p| p.exists()) {
-        Some(p) => println!("sm_{major}{minor} kernels ({mb:.1} MB) {how}: {}", p.display()),
-        None => bail!("sm_{major}{minor} kernels ({mb:.1} MB) {how}, but not kept: no writable cache directory (set XDG_CACHE_HOME or HOME)"),
+    match (after, &path) {
+        (Some(_), Some(p)) => println!("sm_{major}{minor} kernels ({mb:.1} MB) {how}: {}", p.display()),
+        _ => bail!(
+            "sm_{major}{minor} kernels ({mb:.1} MB) {how}, but not kept: no writable cache directory (set XDG_CACHE_HOME or HOME)"
+        ),
     }
     Ok(())
 }
