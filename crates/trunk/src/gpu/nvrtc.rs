@@ -151,6 +151,7 @@ pub fn ptx() -> Result<&'static str> {
 /// clusters, `griddepcontrol`, the FP64 `mma.sync` shapes: Hopper).
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (9, 0);
 
+/// A refusal of compute capabilities below [`MIN_COMPUTE_CAPABILITY`].
 fn supported(major: i32, minor: i32) -> Result<()> {
     if (major, minor) < MIN_COMPUTE_CAPABILITY {
         let (a, b) = MIN_COMPUTE_CAPABILITY;
