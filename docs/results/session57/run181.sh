@@ -6,6 +6,9 @@
 # 1. On an H200 only: the headline (prepared_session52/run173.sh, three processes) with main.
 # 2. --split-compile=0: its cold start (NVRTC's optimizer on the machine's 16 cores; main's took
 #    62-74 s in run 180), the small compare and chunk gates exact, decode 1k alternating with main.
+#    shared-address.patch (memra_sa: one shared_address, by __cvta_generic_to_shared, for cp.async and
+#    store_peer; nvdisasm here: fewer instructions in 22 kernels, linear_t1_r4_fp8 3800 -> 3728, the
+#    attention unchanged): the small compare and chunk gates exact, and decode 1k in the same rotation.
 # 3. While SECONDS < GUARD: the trigger-first chunk gate past the indexer's bound for the two moe.cu
 #    kernels run 180 left (run179.sh's form, 165 s each, their images compiled there).
 set -u
@@ -23,7 +26,11 @@ echo "split compare small exact rc=$? elapsed ${SECONDS} s | $(grep uploaded $R/
 timeout 60 $D/memra_split gate chunks /tmp/m/small --variant exact --prompt-len 160 > $R/split_chunks.txt 2>&1
 echo "split chunks small exact rc=$? elapsed ${SECONDS} s | $(grep uploaded $R/split_chunks.txt) | $(tail -1 $R/split_chunks.txt | cut -c1-300)"
 ls -l $XDG_CACHE_HOME/memra/kernels
-for b in main split main split; do
+for g in compare chunks; do
+  timeout 60 $D/memra_sa gate $g /tmp/m/small --variant exact --prompt-len 160 > $R/sa_$g.txt 2>&1
+  echo "sa $g small exact rc=$? elapsed ${SECONDS} s | $(grep uploaded $R/sa_$g.txt) | $(tail -1 $R/sa_$g.txt | cut -c1-300)"
+done
+for b in main split sa main split sa; do
   timeout 60 $D/memra_$b bench roofline --layers 4 --contexts 1024 --prefill 0 > $R/ab_$b.txt 2>&1
   echo "$b rc=$? ${SECONDS} s | $(grep -h uploaded $R/ab_$b.txt) | $(grep -h '^decode b1' $R/ab_$b.txt)"
   grep -h "^breakdown" $R/ab_$b.txt | cut -c1-400
