@@ -7,8 +7,8 @@
 # 2. --split-compile=0: its cold start (NVRTC's optimizer on the machine's 16 cores; main's took
 #    62-74 s in run 180), the small compare and chunk gates exact, decode 1k alternating with main.
 #    shared-address.patch (memra_sa: one shared_address, by __cvta_generic_to_shared, for cp.async and
-#    store_peer; nvdisasm here: fewer instructions in 22 kernels, linear_t1_r4_fp8 3800 -> 3728, the
-#    attention unchanged): the small compare and chunk gates exact, and decode 1k in the same rotation.
+#    store_peer; nvdisasm here: fewer instructions in 21 kernels, linear_t1_r4_fp8 3800 -> 3728, the
+#    cluster attention kernels unchanged): the small compare and chunk gates exact, and decode 1k in the same rotation.
 # 3. While SECONDS < GUARD: the trigger-first chunk gate past the indexer's bound for the two moe.cu
 #    kernels run 180 left (run179.sh's form, 165 s each, their images compiled there).
 set -u
