@@ -172,12 +172,8 @@ pub fn cubin(major: i32, minor: i32) -> Result<Arc<Vec<u8>>> {
     cache
         .entry((major, minor))
         .or_insert_with(|| {
-            if !library_present("nvrtc") {
-                return Err(NO_NVRTC.into());
-            }
-            let (arch, src) = (format!("sm_{major}{minor}"), source());
-            let key = cubin_key(&arch, &src)?;
-            kept(kernel_cache_dir().as_deref(), &key, || compile_cubin(&arch, src)).map(Arc::new)
+            let (src, key) = cubin_source_and_key(major, minor)?;
+            kept(kernel_cache_dir().as_deref(), &key, || compile_cubin(&arch_name(major, minor), src)).map(Arc::new)
         })
         .clone()
         .map_err(|e| anyhow!("{e}"))
@@ -188,11 +184,24 @@ pub fn cubin(major: i32, minor: i32) -> Result<Arc<Vec<u8>>> {
 /// cache directory (`kernel_cache_dir`).
 pub fn kept_cubin_path(major: i32, minor: i32) -> Result<Option<PathBuf>> {
     supported(major, minor)?;
-    if !library_present("nvrtc") {
-        bail!("{NO_NVRTC}");
-    }
-    let key = cubin_key(&format!("sm_{major}{minor}"), &source()).map_err(|e| anyhow!("{e}"))?;
+    let (_, key) = cubin_source_and_key(major, minor).map_err(|e| anyhow!("{e}"))?;
     Ok(kernel_cache_dir().map(|d| d.join(key)))
+}
+
+/// NVRTC's name of compute capability `major.minor`.
+fn arch_name(major: i32, minor: i32) -> String {
+    format!("sm_{major}{minor}")
+}
+
+/// The kernels' source and the name its machine code for `major.minor`
+/// is kept under (`cubin_key`), where NVRTC is present.
+fn cubin_source_and_key(major: i32, minor: i32) -> Result<(String, String), String> {
+    if !library_present("nvrtc") {
+        return Err(NO_NVRTC.into());
+    }
+    let src = source();
+    let key = cubin_key(&arch_name(major, minor), &src)?;
+    Ok((src, key))
 }
 
 /// The name of the machine code for `arch` on disk: a hash of the kernels'
