@@ -163,6 +163,16 @@ __device__ __forceinline__ u32 word_of(const uint4& c, int w) {
     return w == 0 ? c.x : w == 1 ? c.y : w == 2 ? c.z : c.w;
 }
 
+// A source's 16 bytes of weight codes: for a decode tile (one token, each
+// weight read once a step) under the evict-first policy (common.cuh
+// stream_policy), for a prefill group (whose blocks read the same rows for
+// other pairs or tokens) plainly, as rows.cuh weight_chunk. The scales
+// load plainly in both, as the f64 sums' do.
+template <bool STREAM>
+__device__ __forceinline__ uint4 limb_chunk(const uint4* p) {
+    return STREAM ? load_stream16(p, stream_policy()) : __ldg(p);
+}
+
 // FP4 rows (the routed experts): codes and E8M0 scale bytes, one scale a
 // thread's chunk; BF16 by the per-scale tables (`limb_tables`). The matrices
 // lie in row tiles (gpu/weights.rs `MatLayout::RowTiles`): rows 16 t ..
@@ -193,11 +203,11 @@ struct Fp4Limbs {
         lr.scales = (const u8*)m.scales + at;
         return lr;
     }
-    template <int R>
+    template <bool STREAM, int R>
     __device__ __forceinline__ void load(const Row (&rows)[R], int b, Block<R>& blk) const {
         #pragma unroll
         for (int r = 0; r < R; r++) {
-            blk.c[r] = __ldg(rows[r].codes + TILE_STEP * b);
+            blk.c[r] = limb_chunk<STREAM>(rows[r].codes + TILE_STEP * b);
             blk.e[r] = __ldg(rows[r].scales + TILE_STEP * b);
         }
     }
@@ -252,12 +262,12 @@ struct Fp8Limbs {
         lr.scales = (const float*)m.scales + (size_t)(r >> 7) * ((m.cols + 127) >> 7);
         return lr;
     }
-    template <int R>
+    template <bool STREAM, int R>
     __device__ __forceinline__ void load(const Row (&rows)[R], int b, Block<R>& blk) const {
         #pragma unroll
         for (int r = 0; r < R; r++) {
-            blk.c[r][0] = __ldg(rows[r].codes + 8 * b);
-            blk.c[r][1] = __ldg(rows[r].codes + 8 * b + 1);
+            blk.c[r][0] = limb_chunk<STREAM>(rows[r].codes + 8 * b);
+            blk.c[r][1] = limb_chunk<STREAM>(rows[r].codes + 8 * b + 1);
             blk.s[r] = __ldg(rows[r].scales + b);
         }
     }
@@ -286,7 +296,7 @@ __device__ __forceinline__ void ring_first(const W& src, const typename W::Row (
                                            TileRing<W>& ring) {
     #pragma unroll
     for (int j = 0; j < W::AHEAD; j++)
-        if (j < nb) src.load(rows, b_first + j, ring[j]);
+        if (j < nb) src.template load<true>(rows, b_first + j, ring[j]);
 }
 
 template <class W>
@@ -301,7 +311,7 @@ __device__ __forceinline__ void tile_one_token(const W& src, const typename W::R
             const int b = b0 + j;
             if (b < nb) {
                 const typename W::template Block<2> blk = ring[j];
-                if (b + W::AHEAD < nb) src.load(rows, b_first + b + W::AHEAD, ring[j]);
+                if (b + W::AHEAD < nb) src.template load<true>(rows, b_first + b + W::AHEAD, ring[j]);
                 typename W::template Ready<2> rd;
                 src.ready(blk, rd);
                 #pragma unroll
@@ -495,7 +505,7 @@ __device__ __forceinline__ void tiles_group(const W& wsrc, const typename W::Row
         copy_async_commit();
     }
     typename W::template Block<4> next;
-    if (active) wsrc.load(rows, 0, next);
+    if (active) wsrc.template load<false>(rows, 0, next);
     for (int b = 0; b < nb; b++) {
         asm volatile("cp.async.wait_group %0;" ::"n"(LIMB_STAGES - 2) : "memory");
         __syncthreads();
@@ -504,7 +514,7 @@ __device__ __forceinline__ void tiles_group(const W& wsrc, const typename W::Row
         copy_async_commit();
         const typename W::template Block<4> blk = next;
         if (!active) continue;
-        if (b + 1 < nb) wsrc.load(rows, b + 1, next);
+        if (b + 1 < nb) wsrc.template load<false>(rows, b + 1, next);
         const u16* st = stages + (b % LIMB_STAGES) * LIMB_STAGE_ELEMS + g * (LIMB_K + LIMB_PAD) + 4 * q;
         typename W::template Ready<4> rd;
         wsrc.ready(blk, rd);

@@ -22,6 +22,12 @@ use crate::launch;
 const ER_GATE_UP: usize = 2;
 const ER_DOWN: usize = 4;
 
+/// The routed experts' one-token kernels, gate/up then down (one pair a
+/// block: a decode step's pairs, each reading its expert's rows once):
+/// the f64 sums' (kernels/moe.cu) and the `tensor` sums' (kernels/moe_tensor.cu).
+pub(super) const EXPERT_ONE_TOKEN_KERNELS: [&str; 2] = ["expert_gate_up", "expert_down"];
+pub(super) const EXPERT_ONE_TOKEN_LIMB_KERNELS: [&str; 2] = ["expert_gate_up_bf16", "expert_down_bf16"];
+
 /// Pairs an expert on average from which the fused MoE arm takes the expert
 /// groups (kernels/moe.cu `expert_gate_up_groups`, `expert_down_groups`;
 /// [`GROUP_TOKENS`] pairs of one expert a block): below it most groups would
@@ -105,7 +111,7 @@ impl Dsv4Gpu {
             };
             let block = (LIMB_WARPS * 32) as u32;
             let (gu, down) = (limb_smem_one(d) as u32, limb_smem_one(inter) as u32);
-            (["expert_gate_up_bf16", "expert_down_bf16"], x(inter, 8, d), x(d, 16, inter), block, gu, down)
+            (EXPERT_ONE_TOKEN_LIMB_KERNELS, x(inter, 8, d), x(d, 16, inter), block, gu, down)
         } else {
             let smem = |fmt: i32, cols: usize| {
                 row_smem(fmt, cols)
@@ -114,7 +120,7 @@ impl Dsv4Gpu {
             let x = |rows: usize, per_warp: usize| rows.div_ceil(DECODE_WARPS * per_warp) as u32;
             let block = (DECODE_WARPS * 32) as u32;
             let (gu, down) = (smem(f13, d)?, smem(f2, inter)?);
-            (["expert_gate_up", "expert_down"], x(inter, ER_GATE_UP), x(d, ER_DOWN), block, gu, down)
+            (EXPERT_ONE_TOKEN_KERNELS, x(inter, ER_GATE_UP), x(d, ER_DOWN), block, gu, down)
         };
         // the expert groups (their staged rows' shared bytes, pairs a group,
         // block and kernels), where there are enough pairs an expert for

@@ -42,6 +42,10 @@ pub const LINEAR_T1_KERNELS: [(usize, [&str; 4]); 3] = [
     (4, ["linear_t1_r4_f32", "linear_t1_r4_bf16", "linear_t1_r4_fp8", "linear_t1_r4_fp4"]),
 ];
 
+/// The one-token product of the `tensor` sums (kernels/linear_tensor.cu):
+/// the attention's FP8 projections for one token.
+pub(super) const LINEAR_LIMBS_ONE_KERNEL: &str = "linear_bf16_one";
+
 /// Tokens (or pairs of one expert) the prefill's group kernels stage whole
 /// at once (kernels/rows.cuh `GROUP_TOKENS`; kernels/linear.cu
 /// `linear_groups`, kernels/moe.cu `expert_gate_up_groups`,
@@ -401,7 +405,7 @@ pub(super) fn dynamic_smem_opt_in(k: &str) -> Option<usize> {
         Some(GROUP_SMEM_MAX)
     } else if MMA_KERNELS.contains(&k) {
         Some(MMA_SMEM_MAX)
-    } else if k == "linear_bf16_one" {
+    } else if k == LINEAR_LIMBS_ONE_KERNEL {
         Some(DENSE_LIMB_SMEM_MAX)
     } else if k == "hc_site_rows" {
         Some(super::state::HC_ROWS_SMEM_MAX)
@@ -506,7 +510,7 @@ impl Gpu {
         if n == 1 {
             let tiles = LIMB_WARPS / limb_parts(cols);
             let grid = (nrows.div_ceil(16 * tiles) as u32, 1, groups as u32);
-            crate::launch!(self, "linear_bf16_one", Gpu::cfg(grid, block, dense_limb_smem_one(cols) as u32);
+            crate::launch!(self, LINEAR_LIMBS_ONE_KERNEL, Gpu::cfg(grid, block, dense_limb_smem_one(cols) as u32);
                 w.arg, x, x_group as i32, y, 0i32, nrows as i32);
             return Ok(true);
         }
