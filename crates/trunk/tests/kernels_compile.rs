@@ -3,6 +3,8 @@
 //! that .ci/run installs); without it the test says so, and fails when
 //! MEMRA_REQUIRE_NVRTC=1 (as in CI).
 
+use sha2::{Digest, Sha256};
+
 /// Whether NVRTC can be loaded; without it, a skip (or a failure when
 /// MEMRA_REQUIRE_NVRTC=1).
 fn nvrtc_present() -> bool {
@@ -27,12 +29,15 @@ fn kernels_compile_to_sm_90_machine_code() {
     }
     let image = trunk::gpu::nvrtc::cubin(9, 0).unwrap();
     // kept between processes in the cache directory, after its SHA-256
-    if let Some(dir) = trunk::gpu::nvrtc::kernel_cache_dir() {
-        let kept = std::fs::read_dir(&dir).unwrap().flatten().any(|e| {
-            e.file_name().to_string_lossy().starts_with("sm_90-")
-                && std::fs::read(e.path()).is_ok_and(|b| b.len() > 32 && b[32..] == image[..])
-        });
-        assert!(kept, "the image is not kept in {}", dir.display());
+    if let Some(kept) = trunk::gpu::nvrtc::kept_cubin_path(9, 0).unwrap() {
+        let bytes = std::fs::read(&kept).unwrap_or_else(|e| panic!("the image is not kept at {}: {e}", kept.display()));
+        assert!(bytes.len() > 32 && bytes[32..] == image[..], "{} does not hold the image", kept.display());
+        assert_eq!(
+            bytes[..32],
+            Sha256::digest(&image[..])[..],
+            "{}'s header is not the image's SHA-256",
+            kept.display()
+        );
     }
     assert_eq!(&image[..4], b"\x7fELF", "the cubin is not an ELF image");
     assert_eq!(u16::from_le_bytes([image[18], image[19]]), 190, "the ELF image is not for the CUDA machine");
