@@ -282,7 +282,8 @@ __device__ __forceinline__ void copy_async16(float* dst, const float* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(a), "l"(src) : "memory");
 }
 // Weights a decode step reads once (the one-token products' rows, the
-// LM head's, the experts'): loaded under an L2 policy that evicts them
+// LM head's, the experts'; the kernels are gpu/mod.rs
+// `weight_streaming_kernels`): loaded under an L2 policy that evicts them
 // first, so that the ~2 GB a step streams does not push out of L2 what its
 // latency-bound kernels read again (the caches' rows, the activations and
 // partial sums between kernels, the routing). Each loop forms the policy
