@@ -158,7 +158,8 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], u32 a0, u32 a1, u32 a2, 
 // 4 s + 2 .. 4 s + 3 (s = 2 w), p[2], p[3] step 2 w + 1's. A source holds
 // what it needs beside the rows (`Fp4Limbs`: the tables), its Row type a
 // thread's pointers into one row, Block<R> a thread's raw words of a K block
-// for R rows, Ready<R> what a block's conversion needs once.
+// for R rows (`load<STREAM>`: STREAM for a decode tile's, `limb_chunk`),
+// Ready<R> what a block's conversion needs once.
 __device__ __forceinline__ u32 word_of(const uint4& c, int w) {
     return w == 0 ? c.x : w == 1 ? c.y : w == 2 ? c.z : c.w;
 }
