@@ -4,7 +4,7 @@
 #   target/run182/memra_ts     main (the tensor sums' one-token kernels under the L2 policy)
 #   target/run182/memra_main   main with kernels/moe_tensor.cu as 54eda8f had it (54eda8f's kernels
 #                              but for comments; run at 2c030f6 its image key was run 180's,
-#                              sm_90-2fcf9e11..., and 26dbdf8's comments change the key, not the code)
+#                              sm_90-2fcf9e11...; 713e5af's comment in common.cuh changes the key, not the code)
 #   target/run182/memra_split  memra_main with NVRTC's --split-compile=0 (gpu/nvrtc.rs OPTIONS)
 #   target/run182/memra_sa     memra_main with session57/shared-address.patch
 #   target/kcache              the sm_90 images of memra_ts, memra_main and memra_sa by `memra kernels`
