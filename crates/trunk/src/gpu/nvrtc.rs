@@ -240,9 +240,10 @@ const KEPT_IMAGES: usize = 16;
 /// once by two processes is renamed into place whole.
 fn kept(dir: Option<&Path>, key: &str, compile: impl FnOnce() -> Result<Vec<u8>, String>) -> Result<Vec<u8>, String> {
     let path = dir.map(|d| d.join(key));
-    if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+    if let Some(mut bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
         if bytes.len() > 32 && bytes[..32] == Sha256::digest(&bytes[32..])[..] {
-            return Ok(bytes[32..].to_vec());
+            bytes.drain(..32); // the header, in place: no second buffer for the image
+            return Ok(bytes);
         }
     }
     let image = compile()?;
