@@ -5,7 +5,7 @@
 //!
 //! The machine code is kept on disk between processes (`kernel_cache_dir`),
 //! under a key of everything that shapes it, so only a build's first start
-//! on a machine compiles. On the GPU machine (run 180, perf.md's
+//! on a machine compiles. On the GPU machine (run 180, perf-log.md's
 //! fifty-seventh session) that first start took 62-74 s, about what
 //! loading PTX took (64-77 s, NVRTC's PTX and the driver's compile of it),
 //! and a later one 0.6 s (the small model's whole load) where loading PTX
