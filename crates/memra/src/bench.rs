@@ -57,13 +57,15 @@ pub fn bench(argv: &[String]) -> Result<()> {
     }
     match a.positional[0].as_str() {
         "park" => {
+            let (capacity, reps) = (a.parsed_or("capacity", 32768)?, a.parsed_or("reps", 7)?);
+            trunk::gpu::require_available()?;
             let model = open_model(&PathBuf::from(a.positional.get(1).context("missing <model>")?), ExpertArm::Native)?;
             let gpu = Dsv4Gpu::load(
                 model.weights.clone(),
                 &crate::gate::parse_devices(a.get("devices"))?,
                 GpuOptions { variant: Variant::Exact, ..Default::default() },
             )?;
-            let r = bench::park::measure(&gpu, a.parsed_or("capacity", 32768)?, a.parsed_or("reps", 7)?)?;
+            let r = bench::park::measure(&gpu, capacity, reps)?;
             if let Some(o) = a.path("out") {
                 std::fs::write(&o, serde_json::to_vec_pretty(&r)?)?;
             }
@@ -91,6 +93,21 @@ fn roofline(a: &Args) -> Result<()> {
     use bench::roofline::{ceilings, decode_case, prefill_case};
     use std::time::Instant;
     use trunk::synth::{in_memory, Preset, Synth};
+    // every option is read, and the GPU asked for, before the weights are
+    // generated or loaded: minutes at the flash shape
+    let devices = crate::gate::parse_devices(a.get("devices"))?;
+    let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
+    let sums: ProductSums = a.parsed_or("sums", ProductSums::Exact)?;
+    let contexts: Vec<usize> = a
+        .get("contexts")
+        .unwrap_or("1024,8192,32768")
+        .split(',')
+        .map(|x| x.parse().with_context(|| format!("--contexts: `{x}` is not a number of positions")))
+        .collect::<Result<_>>()?;
+    let steps: usize = a.parsed_or("steps", 30)?;
+    let n: usize = a.parsed_or("prefill", 4096)?;
+    let prefill_reps = a.parsed_or::<usize>("prefill-reps", 2)?.max(1);
+    trunk::gpu::require_available()?;
     let t = Instant::now();
     let (weights, label) = match a.path("model") {
         Some(p) => {
@@ -109,12 +126,7 @@ fn roofline(a: &Args) -> Result<()> {
         t.elapsed().as_secs_f64(),
         weights.stored_bytes() as f64 / 1e9
     );
-    let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
-    let gpu = crate::gate::upload(
-        weights,
-        &crate::gate::parse_devices(a.get("devices"))?,
-        GpuOptions { variant, sums: a.parsed_or("sums", ProductSums::Exact)?, ..Default::default() },
-    )?;
+    let gpu = crate::gate::upload(weights, &devices, GpuOptions { variant, sums, ..Default::default() })?;
     let vram = gpu.vram_report()?;
     for v in &vram {
         println!(
@@ -146,20 +158,12 @@ fn roofline(a: &Args) -> Result<()> {
         ceil.copy_gbps_by_stage.iter().map(|g| g.round()).collect::<Vec<_>>(),
         ceil.bf16_tflops
     );
-    let contexts: Vec<usize> = a
-        .get("contexts")
-        .unwrap_or("1024,8192,32768")
-        .split(',')
-        .map(|x| x.parse().context("--contexts"))
-        .collect::<Result<_>>()?;
-    let steps: usize = a.parsed_or("steps", 30)?;
     let mut cases = Vec::new();
     for ctx in contexts {
         cases.push(decode_case(&gpu, &ceil, ctx, steps)?);
     }
-    let n: usize = a.parsed_or("prefill", 4096)?;
     if n > 0 {
-        cases.push(prefill_case(&gpu, &ceil, n, a.parsed_or::<usize>("prefill-reps", 2)?.max(1))?);
+        cases.push(prefill_case(&gpu, &ceil, n, prefill_reps)?);
     }
     println!(
         "{:<22} {:>9} {:>8} {:>8} {:>9} {:>8} {:>7} {:>8} {:>7}",

@@ -30,16 +30,7 @@ fn bar(len: u64, what: &str, bytes: bool) -> ProgressBar {
     pb
 }
 
-/// The backend option every model-running command carries.
-fn gpu_backend(a: &Args) -> Result<bool> {
-    match a.get("backend").unwrap_or("cpu") {
-        "cpu" => Ok(false),
-        "gpu" => Ok(true),
-        other => bail!("unknown --backend `{other}` (cpu or gpu)"),
-    }
-}
-
-use crate::gate::load_gpu;
+use crate::gate::{backend, load_gpu, Backend};
 
 fn load(a: &Args) -> Result<(LoadedModel, CpuOracle)> {
     let arm: ExpertArm = a.parsed_or("experts", ExpertArm::Native)?;
@@ -101,6 +92,7 @@ pub fn generate(argv: &[String]) -> Result<()> {
         print!("{GENERATE_HELP}");
         return Ok(());
     }
+    let on = backend(&a, Backend::Cpu)?;
     let (model, oracle) = load(&a)?;
     let prompt: Vec<u32> = match (a.get("prompt"), a.path("tokens")) {
         (Some(_), Some(_)) => bail!("give --prompt or --tokens, not both"),
@@ -110,12 +102,12 @@ pub fn generate(argv: &[String]) -> Result<()> {
     let max_new: usize = a.parsed_or("max-tokens", 32)?;
     let stop = if a.flag("no-stop") { None } else { model.config().eos_token_id };
     if let Some(path) = a.path("drafter") {
-        return generate_speculative(&a, &model, &oracle, &prompt, max_new, stop, &path);
+        return generate_speculative(&a, on, &model, &oracle, &prompt, max_new, stop, &path);
     }
     if a.flag("baseline") {
         bail!("--baseline compares a --drafter run with plain decoding: give --drafter");
     }
-    let (g, backend) = if gpu_backend(&a)? {
+    let (g, backend) = if on == Backend::Gpu {
         let gpu = load_gpu(&a, &model, oracle.variant)?;
         (greedy_gpu(&gpu, &prompt, max_new, stop)?, format!("gpu {:?}", gpu.devices()))
     } else {
@@ -167,6 +159,7 @@ pub(crate) fn drafter_options(a: &Args) -> Result<Option<String>> {
 #[allow(clippy::too_many_arguments)]
 fn generate_speculative(
     a: &Args,
+    on: Backend,
     model: &LoadedModel,
     oracle: &CpuOracle,
     prompt: &[u32],
@@ -177,7 +170,7 @@ fn generate_speculative(
     use trunk::drafter::{Drafter, DrafterPlugin, DrafterSetup};
     use trunk::speculative::{profile_sps, speculative_greedy, Schedule, SpecOptions, Target};
     let plugin = DrafterPlugin::load(path)?;
-    let gpu = if gpu_backend(a)? { Some(load_gpu(a, model, oracle.variant)?) } else { None };
+    let gpu = if on == Backend::Gpu { Some(load_gpu(a, model, oracle.variant)?) } else { None };
     let baseline = if a.flag("baseline") {
         Some(match &gpu {
             Some(g) => greedy_gpu(g, prompt, max_new, stop)?,
@@ -383,11 +376,7 @@ config_name. --prompt-len draws a seeded random prompt.
 ";
 
 pub fn bank(argv: &[String]) -> Result<()> {
-    let a = Args::parse(
-        argv,
-        &["model", "prompt-len", "seed", "tokens", "n", "out", "variant", "experts", "backend"],
-        &[],
-    )?;
+    let a = Args::parse(argv, &["model", "prompt-len", "seed", "tokens", "n", "out", "variant", "experts"], &[])?;
     if a.help {
         print!("{BANK_HELP}");
         return Ok(());
@@ -434,13 +423,13 @@ pub fn logits(argv: &[String]) -> Result<()> {
         print!("{LOGITS_HELP}");
         return Ok(());
     }
+    let gpu = backend(&a, Backend::Cpu)? == Backend::Gpu;
     let (model, oracle) = load(&a)?;
     let tokens = read_tokens_file(&PathBuf::from(a.require("tokens")?))?;
     if tokens.is_empty() {
         bail!("the tokens file is empty");
     }
     let out = PathBuf::from(a.require("out")?);
-    let gpu = gpu_backend(&a)?;
     let t = Instant::now();
     let (l, backend) = if gpu {
         let g = load_gpu(&a, &model, oracle.variant)?;

@@ -64,6 +64,29 @@ fn tokens_arg(a: &Args, vocab: usize, default_len: usize) -> Result<Vec<u32>> {
     }
 }
 
+/// Where a command runs the model (`--backend`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Backend {
+    Cpu,
+    Gpu,
+}
+
+/// `--backend` (`default` without it). A GPU backend on a machine that has
+/// none fails here, naming why, so that commands ask before they spend
+/// minutes loading or generating weights.
+pub(crate) fn backend(a: &Args, default: Backend) -> Result<Backend> {
+    let b = match a.get("backend") {
+        None => default,
+        Some("cpu") => Backend::Cpu,
+        Some("gpu") => Backend::Gpu,
+        Some(other) => bail!("unknown --backend `{other}` (cpu or gpu)"),
+    };
+    if b == Backend::Gpu {
+        trunk::gpu::require_available()?;
+    }
+    Ok(b)
+}
+
 /// The GPU engine with the options the commands share (`--moe`, `--devices`,
 /// and `--inject-fault` where a command accepts it).
 pub(crate) fn load_gpu(a: &Args, model: &LoadedModel, variant: Variant) -> Result<Dsv4Gpu> {
@@ -135,6 +158,14 @@ pub fn gate(argv: &[String]) -> Result<()> {
         return Ok(());
     }
     let which = a.positional[0].as_str();
+    let backend = match which {
+        "tf" | "chunks" | "compare" => {
+            trunk::gpu::require_available()?;
+            Backend::Gpu
+        }
+        "host-cache" | "drafters" => backend(&a, Backend::Gpu)?,
+        other => bail!("unknown gate `{other}` (tf, chunks, compare, host-cache or drafters)\n\n{GATE_HELP}"),
+    };
     let model_path = PathBuf::from(a.positional.get(1).context("missing <model>")?);
     let arm: ExpertArm = a.parsed_or("experts", ExpertArm::Native)?;
     let model = open_model(&model_path, arm)?;
@@ -269,29 +300,28 @@ pub fn gate(argv: &[String]) -> Result<()> {
                     label,
                 }
             }
-            let rep = match (a.get("backend").unwrap_or("gpu"), drafter.is_some()) {
-                ("gpu", false) => {
+            let rep = match (backend, drafter.is_some()) {
+                (Backend::Gpu, false) => {
                     let gpu = load_gpu(&a, &model, variant)?;
                     host_cache_gate(&GpuEngine { gpu: &gpu, identity }, &ids, &dir, None)?
                 }
-                ("cpu", false) => {
+                (Backend::Cpu, false) => {
                     let o = CpuOracle::new(model.weights.clone(), variant);
                     host_cache_gate(&CpuEngine { oracle: &o, identity }, &ids, &dir, None)?
                 }
-                ("gpu", true) => {
+                (Backend::Gpu, true) => {
                     let gpu = load_gpu(&a, &model, variant)?;
                     let label = format!("gpu/{variant} devices {:?}", gpu.devices());
                     let device = gpu.devices().last().copied();
                     let e = drafted(&gpu, label, &model_path, drafter.expect("a drafter"), identity, device);
                     host_cache_gate(&e, &ids, &dir, None)?
                 }
-                ("cpu", true) => {
+                (Backend::Cpu, true) => {
                     let o = CpuOracle::new(model.weights.clone(), variant);
                     let e =
                         drafted(&o, format!("cpu/{variant}"), &model_path, drafter.expect("a drafter"), identity, None);
                     host_cache_gate(&e, &ids, &dir, None)?
                 }
-                (other, _) => bail!("unknown --backend `{other}`"),
             };
             write_json(&dir.join("host_cache_gate.json"), &rep)?;
             println!(
@@ -321,10 +351,9 @@ pub fn gate(argv: &[String]) -> Result<()> {
             let candidate = a.get("candidate").unwrap_or(r#"{"realization":"gpu"}"#).to_string();
             let prompt = tokens_arg(&a, model.config().vocab_size, 64)?;
             let steps: usize = a.parsed_or("steps", 32)?;
-            let gpu = match a.get("backend").unwrap_or("gpu") {
-                "gpu" => Some(load_gpu(&a, &model, variant)?),
-                "cpu" => None,
-                other => bail!("unknown --backend `{other}`"),
+            let gpu = match backend {
+                Backend::Gpu => Some(load_gpu(&a, &model, variant)?),
+                Backend::Cpu => None,
             };
             let setup = trunk::drafter::DrafterSetup {
                 vocab_size: model.config().vocab_size,
@@ -364,7 +393,7 @@ pub fn gate(argv: &[String]) -> Result<()> {
                 bail!("drafter gate failed");
             }
         }
-        other => bail!("unknown gate `{other}` (tf, chunks, compare, host-cache or drafters)\n\n{GATE_HELP}"),
+        _ => unreachable!("the gate's name is checked before the model loads"),
     }
     Ok(())
 }

@@ -142,3 +142,38 @@ fn kernels_are_compiled_ahead_and_kept() {
     let (ok, out, err) = memra(&["kernels", "--arch", "9.0"]);
     assert!(ok && out.contains("already kept") && out.contains(path), "{out}{err}");
 }
+
+/// A command that runs the model on the GPU checks for one, and reads its
+/// options, before it opens the model: the roofline's default weights take
+/// minutes to generate. The model here does not exist, so whichever check
+/// comes first names itself.
+#[test]
+fn gpu_commands_check_the_gpu_before_the_model() {
+    let missing = "/nonexistent/memra-model";
+    let expected = match trunk::gpu::unavailable_reason() {
+        Some(why) => format!("GPU backend unavailable: {why}"),
+        None => missing.to_string(),
+    };
+    for args in [
+        &["bench", "roofline", "--model", missing][..],
+        &["bench", "park", missing],
+        &["gate", "chunks", missing],
+        &["gate", "tf", missing, "bank.json", "out"],
+        &["gate", "host-cache", missing, "tokens.json"],
+        &["generate", "--backend", "gpu", "--model", missing],
+        &["logits", "--backend", "gpu", "--model", missing, "--tokens", "t.json", "--out", "o"],
+    ] {
+        let (ok, _, err) = memra(args);
+        assert!(!ok && err.contains(&expected), "{args:?}: {err}");
+    }
+    // options are read before both
+    let (ok, _, err) = memra(&["bench", "roofline", "--model", missing, "--contexts", "1k"]);
+    assert!(!ok && err.contains("--contexts: `1k`"), "{err}");
+    let (ok, _, err) = memra(&["gate", "host-cache", missing, "tokens.json", "--backend", "tpu"]);
+    assert!(!ok && err.contains("unknown --backend `tpu`"), "{err}");
+    let (ok, _, err) = memra(&["gate", "bogus", missing]);
+    assert!(!ok && err.contains("unknown gate `bogus`"), "{err}");
+    // the CPU backend needs no GPU: it gets as far as the model
+    let (ok, _, err) = memra(&["generate", "--backend", "cpu", "--model", missing]);
+    assert!(!ok && err.contains(missing), "{err}");
+}

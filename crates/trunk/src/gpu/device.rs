@@ -29,6 +29,15 @@ pub fn unavailable_reason() -> Option<String> {
     }
 }
 
+/// Fails, naming why, where the GPU path cannot run here: what a command
+/// checks before it loads a model for the GPU, and what `Gpu::open` checks.
+pub fn require_available() -> Result<()> {
+    match unavailable_reason() {
+        Some(why) => bail!("GPU backend unavailable: {why}"),
+        None => Ok(()),
+    }
+}
+
 /// A device buffer and its raw address.
 pub struct Buf<T> {
     pub slice: CudaSlice<T>,
@@ -69,9 +78,7 @@ pub struct Gpu {
 
 impl Gpu {
     pub fn open(ordinal: usize) -> Result<Gpu> {
-        if let Some(why) = unavailable_reason() {
-            bail!("GPU backend unavailable: {why}");
-        }
+        require_available()?;
         let n = CudaContext::device_count().map_err(|e| anyhow!("{e}"))? as usize;
         if ordinal >= n {
             bail!("device {ordinal} does not exist (this machine has {n} CUDA device(s))");

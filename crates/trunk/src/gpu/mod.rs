@@ -20,7 +20,7 @@ mod sites;
 pub mod state;
 pub mod weights;
 
-pub use device::unavailable_reason;
+pub use device::{require_available, unavailable_reason};
 pub use forward::{Dsv4Gpu, VramLine};
 pub use options::{Fault, GpuOptions, MoeArm, ProductSums};
 pub use state::GpuState;
