@@ -309,3 +309,55 @@ fn synth_addresses() {
         assert!(e.contains(want), "{addr}: {e}");
     }
 }
+
+/// Extents and offsets large enough to wrap a byte count are refused by
+/// name, not wrapped into a small count that passes the bounds checks and
+/// panics later, where the tensor is read.
+#[test]
+fn sizes_that_overflow_are_refused() {
+    let f = fixture();
+    let d = f.root.join("x");
+    copy_dir(&f.root.join("official"), &d);
+    // 2^64 elements: a product that wraps to 0 would match empty offsets
+    edit_header(&d.join("model.safetensors"), |h| {
+        let t = h.get_mut("layers.0.ffn.gate.tid2eid").unwrap();
+        t["shape"] = serde_json::json!([1u64 << 32, 1u64 << 32]);
+        t["data_offsets"] = serde_json::json!([0, 0]);
+    });
+    let e = err_of(&d);
+    assert!(e.contains("layers.0.ffn.gate.tid2eid") && e.contains("too large"), "{e}");
+
+    // one F32 tensor `t` of `dims` (GGUF order) at `offset`, 64 bytes of data
+    fn gguf(dims: &[u64], offset: u64) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend(1u64.to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        b.extend(1u64.to_le_bytes());
+        b.extend(b"t");
+        b.extend((dims.len() as u32).to_le_bytes());
+        for d in dims {
+            b.extend(d.to_le_bytes());
+        }
+        b.extend(0u32.to_le_bytes());
+        b.extend(offset.to_le_bytes());
+        b.resize(b.len().div_ceil(32) * 32 + 64, 0);
+        b
+    }
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("x.gguf");
+    let open = |bytes: Vec<u8>| {
+        std::fs::write(&p, bytes).unwrap();
+        trunk::weights::gguf::GgufFile::open(&p).map(|_| ()).map_err(|e| format!("{e:#}"))
+    };
+    open(gguf(&[4, 4], 0)).unwrap();
+    // the elements overflow
+    let e = open(gguf(&[1 << 32, 1 << 32], 0)).unwrap_err();
+    assert!(e.contains("x.gguf") && e.contains("`t`") && e.contains("too large"), "{e}");
+    // the elements fit and the bytes do not
+    let e = open(gguf(&[1 << 61, 2], 0)).unwrap_err();
+    assert!(e.contains("`t`") && e.contains("too large"), "{e}");
+    // the end of the tensor wraps past the address space
+    let e = open(gguf(&[4, 4], u64::MAX - 31)).unwrap_err();
+    assert!(e.contains("x.gguf") && e.contains("`t`") && e.contains("truncated"), "{e}");
+}

@@ -272,12 +272,12 @@ impl GgufFile {
             if info.offset % align != 0 {
                 bail!("{}: tensor `{name}` offset {} is not aligned to {align}", path.display(), info.offset);
             }
-            if info.offset + info.bytes > data_len {
+            if info.offset.checked_add(info.bytes).is_none_or(|end| end > data_len) {
                 bail!(
-                    "{}: truncated GGUF file: tensor `{name}` needs bytes [{}, {}) of a data section of {data_len}",
+                    "{}: truncated GGUF file: tensor `{name}` needs {} bytes at offset {} of a data section of {data_len}",
                     path.display(),
-                    info.offset,
-                    info.offset + info.bytes
+                    info.bytes,
+                    info.offset
                 );
             }
             if tensors.insert(name.clone(), info).is_some() {

@@ -4,7 +4,7 @@
 use std::ops::Deref;
 use std::sync::Arc;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 
 /// Element types found in DSV4 checkpoints (safetensors and GGUF).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -40,9 +40,11 @@ impl DType {
         })
     }
 
-    /// Bytes of a tensor of `shape` (innermost dimension last).
+    /// Bytes of a tensor of `shape` (innermost dimension last); an error,
+    /// not a wrapped count, where a file's shape is too large to address.
     pub fn bytes_for(self, shape: &[usize]) -> Result<usize> {
-        let n: usize = shape.iter().product();
+        let too_large = || anyhow!("shape {shape:?} is too large to address");
+        let n = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).ok_or_else(too_large)?;
         Ok(match self {
             DType::Mxfp4 | DType::Q8_0 => {
                 let inner = *shape.last().unwrap_or(&1);
@@ -51,7 +53,7 @@ impl DType {
                 }
                 n / 32 * if self == DType::Mxfp4 { 17 } else { 34 }
             }
-            other => n * other.size().unwrap(),
+            other => n.checked_mul(other.size().unwrap()).ok_or_else(too_large)?,
         })
     }
 
