@@ -13,8 +13,10 @@
 //!
 //! A file is written to a temporary name in the same directory, synced and
 //! renamed. Loading checks magic, version, header checksum, identity, layout,
-//! total length and every class checksum before anything is restored; a
-//! failed load leaves the target state untouched.
+//! that the header's classes are the layout's with the counters and sizes a
+//! snapshot at `positions` holds, total length and every class checksum
+//! before anything is restored; a failed load leaves the target state
+//! untouched.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -24,9 +26,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::layout::{hex, Layout};
+use crate::layout::{hex, CapacityRule, Layout};
 use crate::snapshot::{restore, snapshot, ClassSnapshot, HostBytes, Snapshot};
-use crate::state::StateStore;
+use crate::state::{live_rows, StateStore};
 use crate::StateError;
 
 pub const MAGIC: &[u8; 8] = b"MEMRAKV1";
@@ -145,8 +147,10 @@ pub fn read_snapshot(path: &Path, identity: &Identity, layout: &Arc<Layout>) -> 
     if header.layout != **layout || header.layout_fingerprint != layout.fingerprint() {
         return Err(StateError::LayoutMismatch { expected: layout.fingerprint(), got: header.layout_fingerprint });
     }
-    let payload: usize = header.classes.iter().map(|c| c.bytes).sum();
-    let expect = 20 + hlen + 32 + payload as u64;
+    let payload = check_classes(path, &header, layout)?;
+    let expect = (20 + hlen + 32)
+        .checked_add(payload)
+        .ok_or_else(|| fmt_err(path, "header inconsistent: the classes' `bytes` overflow the file length"))?;
     if total != expect {
         return Err(fmt_err(
             path,
@@ -154,10 +158,7 @@ pub fn read_snapshot(path: &Path, identity: &Identity, layout: &Arc<Layout>) -> 
         ));
     }
     let mut classes = Vec::with_capacity(header.classes.len());
-    for (spec, c) in layout.classes.iter().zip(&header.classes) {
-        if c.name != spec.name || c.bytes != c.live_rows * spec.row_bytes() {
-            return Err(fmt_err(path, format!("class `{}`: header inconsistent with the layout", c.name)));
-        }
+    for c in &header.classes {
         let mut bytes = vec![0u8; c.bytes];
         f.read_exact(&mut bytes).map_err(|_| fmt_err(path, format!("class `{}`: truncated", c.name)))?;
         if hex(&Sha256::digest(&bytes)) != c.sha256 {
@@ -166,6 +167,57 @@ pub fn read_snapshot(path: &Path, identity: &Identity, layout: &Arc<Layout>) -> 
         classes.push(ClassSnapshot { written: c.written, live_rows: c.live_rows, bytes });
     }
     Ok(Snapshot { layout: layout.clone(), positions: header.positions, classes })
+}
+
+/// Check that the header lists exactly the layout's classes, each with the
+/// counters and size a snapshot at `positions` holds; the payload's length.
+fn check_classes(path: &Path, header: &Header, layout: &Layout) -> Result<u64, StateError> {
+    let bad = |m: String| fmt_err(path, format!("header inconsistent: {m}"));
+    if header.classes.len() != layout.classes.len() {
+        return Err(bad(format!(
+            "`classes` lists {} classes, the layout has {}",
+            header.classes.len(),
+            layout.classes.len()
+        )));
+    }
+    let mut payload = 0u64;
+    for (i, (spec, c)) in layout.classes.iter().zip(&header.classes).enumerate() {
+        if c.name != spec.name {
+            return Err(bad(format!("classes[{i}].name is `{}`, the layout's class {i} is `{}`", c.name, spec.name)));
+        }
+        // rows written by `positions`: a growing class one per
+        // `positions_per_row` (the last one open or not yet written), a ring
+        // one per position, a fixed class at most its rows
+        let p = header.positions as u64;
+        let (lo, hi) = match spec.rule {
+            CapacityRule::Grows { positions_per_row: r } => (p / r as u64, p.div_ceil(r as u64)),
+            CapacityRule::Ring { .. } => (p, p),
+            CapacityRule::Fixed { rows } => (0, rows as u64),
+        };
+        if c.written < lo || c.written > hi {
+            return Err(bad(format!(
+                "class `{}`: `written` {} rows at `positions` {p}, its rule allows {lo} to {hi}",
+                c.name, c.written
+            )));
+        }
+        let live = live_rows(spec, spec.rule.rows_for(header.positions), c.written);
+        if c.live_rows != live {
+            return Err(bad(format!(
+                "class `{}`: `live_rows` {}, {} rows written leave {live} live",
+                c.name, c.live_rows, c.written
+            )));
+        }
+        let bytes = live.checked_mul(spec.row_bytes()).ok_or_else(|| {
+            bad(format!("class `{}`: `live_rows` {live} of {} bytes overflow", c.name, spec.row_bytes()))
+        })?;
+        if c.bytes != bytes {
+            return Err(bad(format!("class `{}`: `bytes` {}, {live} live rows hold {bytes}", c.name, c.bytes)));
+        }
+        payload = payload
+            .checked_add(bytes as u64)
+            .ok_or_else(|| bad(format!("class `{}`: the classes' `bytes` overflow", c.name)))?;
+    }
+    Ok(payload)
 }
 
 /// Snapshot `state` and park it at `path`.

@@ -84,6 +84,13 @@ pub fn check_restorable<S: StateStore + ?Sized, B: HostBytes>(snap: &Snapshot<B>
             got: snap.layout.fingerprint(),
         });
     }
+    if snap.classes.len() != snap.layout.classes.len() {
+        return Err(StateError::Format(format!(
+            "snapshot holds {} classes, its layout {}",
+            snap.classes.len(),
+            snap.layout.classes.len()
+        )));
+    }
     if snap.positions > state.capacity() {
         return Err(StateError::Capacity { needed: snap.positions, capacity: state.capacity() });
     }

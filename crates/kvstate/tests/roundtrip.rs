@@ -198,3 +198,193 @@ fn foreign_model_and_other_layout_are_refused() {
     assert!(e.contains("capacity"), "{e}");
     assert!(untouched(&t3));
 }
+
+/// A parked file split into its header JSON and its payload.
+fn split_file(file: &[u8]) -> (serde_json::Value, Vec<u8>) {
+    let hlen = u64::from_le_bytes(file[12..20].try_into().unwrap()) as usize;
+    (serde_json::from_slice(&file[20..20 + hlen]).unwrap(), file[20 + hlen + 32..].to_vec())
+}
+
+/// A parked file with `header` and `payload`, the header checksum recomputed.
+fn join_file(header: &serde_json::Value, payload: &[u8]) -> Vec<u8> {
+    use sha2::Digest;
+    let json = serde_json::to_vec(header).unwrap();
+    let mut b = Vec::new();
+    b.extend_from_slice(kvstate::park::MAGIC);
+    b.extend_from_slice(&kvstate::park::VERSION.to_le_bytes());
+    b.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    b.extend_from_slice(&json);
+    let sum = sha2::Sha256::digest(&b);
+    b.extend_from_slice(&sum);
+    b.extend_from_slice(payload);
+    b
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Write `file` at `p`, expect `read_snapshot` and `unpark` (into a state
+/// filled to 5 positions) to refuse it with a message holding every `want`,
+/// and the target to keep its contents.
+fn refused(p: &std::path::Path, l: &Arc<Layout>, id: &Identity, file: &[u8], what: &str, want: &[&str]) {
+    std::fs::write(p, file).unwrap();
+    let e = match read_snapshot(p, id, l) {
+        Ok(s) => panic!("{what}: accepted ({} classes, {} positions)", s.classes.len(), s.positions),
+        Err(e) => e.to_string(),
+    };
+    for w in want {
+        assert!(e.contains(w), "{what}: `{w}` not in: {e}");
+    }
+    let mut t = HostState::new(l.clone(), 64);
+    fill(&mut t, 5);
+    let before = snapshot(&t).unwrap();
+    assert!(unpark(p, id, &mut t).is_err(), "{what}: unpark accepted");
+    assert!(snapshot(&t).unwrap().differing_classes(&before).is_empty(), "{what}: target modified");
+}
+
+#[test]
+fn a_header_must_list_exactly_the_layout_classes() {
+    let (l, s, id) = sample();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.kv");
+    park(&s, &p, &id).unwrap();
+    let (h, payload) = split_file(&std::fs::read(&p).unwrap());
+    let win = h["classes"][0]["bytes"].as_u64().unwrap() as usize;
+    // only the first class, with only its payload
+    let mut one = h.clone();
+    one["classes"].as_array_mut().unwrap().truncate(1);
+    refused(&p, &l, &id, &join_file(&one, &payload[..win]), "one of two classes", &["header inconsistent", "classes"]);
+    // a third class the layout does not have, with its bytes appended
+    let mut three = h.clone();
+    let ghost =
+        serde_json::json!({"name": "ghost", "written": 1, "live_rows": 1, "bytes": 4, "sha256": sha256_hex(&[7; 4])});
+    three["classes"].as_array_mut().unwrap().push(ghost);
+    let mut more = payload.clone();
+    more.extend_from_slice(&[7; 4]);
+    refused(&p, &l, &id, &join_file(&three, &more), "an extra class", &["header inconsistent", "classes"]);
+    // the classes in the other order, payload reordered to match
+    let mut swapped = h.clone();
+    swapped["classes"].as_array_mut().unwrap().swap(0, 1);
+    let mut sp = payload[win..].to_vec();
+    sp.extend_from_slice(&payload[..win]);
+    refused(&p, &l, &id, &join_file(&swapped, &sp), "classes reordered", &["header inconsistent", "name"]);
+}
+
+#[test]
+fn a_header_must_hold_the_rows_its_positions_imply() {
+    let (l, s, id) = sample();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.kv");
+    park(&s, &p, &id).unwrap();
+    let (h, payload) = split_file(&std::fs::read(&p).unwrap());
+    // positions 37 -> 40: the ring wrote 37 rows, the entries 9 (of 10)
+    let mut later = h.clone();
+    later["positions"] = 40.into();
+    refused(
+        &p,
+        &l,
+        &id,
+        &join_file(&later, &payload),
+        "positions raised",
+        &["header inconsistent", "positions", "written"],
+    );
+    // the entries class one row short of what 37 positions close (9), its
+    // bytes and checksum made to match
+    let win = h["classes"][0]["bytes"].as_u64().unwrap() as usize;
+    let mut short = h.clone();
+    let entries = &payload[win..payload.len() - 12];
+    short["classes"][1]["written"] = 8.into();
+    short["classes"][1]["live_rows"] = 8.into();
+    short["classes"][1]["bytes"] = entries.len().into();
+    short["classes"][1]["sha256"] = sha256_hex(entries).into();
+    refused(&p, &l, &id, &join_file(&short, &payload[..payload.len() - 12]), "entries short", &["entries", "written"]);
+    // the ring claims 7 live rows (of 8), the oldest dropped
+    let mut ring = h.clone();
+    ring["classes"][0]["live_rows"] = 7.into();
+    ring["classes"][0]["bytes"] = (win - 16).into();
+    ring["classes"][0]["sha256"] = sha256_hex(&payload[16..win]).into();
+    refused(&p, &l, &id, &join_file(&ring, &payload[16..]), "ring live rows", &["win", "live_rows"]);
+
+    // a state of 3 positions, 3 rows written in each class, claiming 7
+    let l3 = Arc::new(
+        Layout::new(vec![
+            ClassSpec::new("kv", 2, ElemType::F32, CapacityRule::Grows { positions_per_row: 1 }),
+            ClassSpec::new("win", 2, ElemType::F32, CapacityRule::Ring { rows: 4 }),
+        ])
+        .unwrap(),
+    );
+    let mut st = HostState::new(l3.clone(), 16);
+    fill(&mut st, 3);
+    park(&st, &p, &id).unwrap();
+    let (mut h3, payload3) = split_file(&std::fs::read(&p).unwrap());
+    h3["positions"] = 7.into();
+    refused(&p, &l3, &id, &join_file(&h3, &payload3), "3 rows at 7 positions", &["kv", "positions", "written"]);
+}
+
+#[test]
+fn header_sizes_that_overflow_are_refused_by_name() {
+    let (l, s, id) = sample();
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("s.kv");
+    park(&s, &p, &id).unwrap();
+    let (h, payload) = split_file(&std::fs::read(&p).unwrap());
+    // byte counts that wrap to the true payload length when summed
+    let mut wrap = h.clone();
+    for c in wrap["classes"].as_array_mut().unwrap() {
+        c["bytes"] = (c["bytes"].as_u64().unwrap() + (1 << 63)).into();
+    }
+    refused(&p, &l, &id, &join_file(&wrap, &payload), "bytes wrap", &["header inconsistent", "bytes"]);
+
+    // live rows whose byte count wraps to 3 rows' worth: a growing class of
+    // one row per position (16-byte rows), 2^60 + 3 positions
+    let big = Arc::new(
+        Layout::new(vec![ClassSpec::new("kv", 4, ElemType::F32, CapacityRule::Grows { positions_per_row: 1 })])
+            .unwrap(),
+    );
+    let mut st = HostState::new(big.clone(), 8);
+    fill(&mut st, 3);
+    park(&st, &p, &id).unwrap();
+    let (mut hb, pb) = split_file(&std::fs::read(&p).unwrap());
+    let n = (1u64 << 60) + 3;
+    hb["positions"] = n.into();
+    hb["classes"][0]["written"] = n.into();
+    hb["classes"][0]["live_rows"] = n.into();
+    refused(&p, &big, &id, &join_file(&hb, &pb), "live rows x row bytes wrap", &["header inconsistent", "live_rows"]);
+
+    // two classes of 2^63 + 24 bytes each (8-byte rows): their sum wraps
+    let two = Arc::new(
+        Layout::new(vec![
+            ClassSpec::new("k", 2, ElemType::F32, CapacityRule::Grows { positions_per_row: 1 }),
+            ClassSpec::new("v", 2, ElemType::F32, CapacityRule::Grows { positions_per_row: 1 }),
+        ])
+        .unwrap(),
+    );
+    let mut st = HostState::new(two.clone(), 8);
+    fill(&mut st, 3);
+    park(&st, &p, &id).unwrap();
+    let (mut h2, p2) = split_file(&std::fs::read(&p).unwrap());
+    h2["positions"] = n.into();
+    for c in h2["classes"].as_array_mut().unwrap() {
+        c["written"] = n.into();
+        c["live_rows"] = n.into();
+        c["bytes"] = (n * 8).into();
+    }
+    refused(&p, &two, &id, &join_file(&h2, &p2), "class bytes sum wraps", &["header inconsistent", "bytes"]);
+
+    // one class of 2^64 - 2 one-byte rows: with the header's length it wraps
+    let bytes = Arc::new(
+        Layout::new(vec![ClassSpec::new("b", 1, ElemType::U8, CapacityRule::Grows { positions_per_row: 1 })]).unwrap(),
+    );
+    let mut st = HostState::new(bytes.clone(), 8);
+    fill(&mut st, 3);
+    park(&st, &p, &id).unwrap();
+    let (mut h1, p1) = split_file(&std::fs::read(&p).unwrap());
+    let m = u64::MAX - 1;
+    h1["positions"] = m.into();
+    h1["classes"][0]["written"] = m.into();
+    h1["classes"][0]["live_rows"] = m.into();
+    h1["classes"][0]["bytes"] = m.into();
+    refused(&p, &bytes, &id, &join_file(&h1, &p1), "payload + header wraps", &["header inconsistent", "bytes"]);
+}
