@@ -118,6 +118,7 @@ pub fn tf_gate(r: &dyn TeacherForced, bank: &Bank, c_sum: f64) -> Result<TfRepor
     bank.check()?;
     let n = bank.tokens.len();
     let v = r.vocab();
+    bank.check_vocab(v)?;
     let first = r.logits(&bank.prompt, &bank.tokens)?;
     let second = r.logits(&bank.prompt, &bank.tokens)?;
     if first.len() != n * v {

@@ -44,6 +44,23 @@ fn gate_passes_the_oracle_and_fails_a_dropped_shared_expert() {
     assert!(rep.out_of_band > 0);
 }
 
+/// A bank whose ids the model's vocabulary cannot hold (edited, or made
+/// from another model) is refused by field, before any logits are read.
+#[test]
+fn gate_refuses_a_bank_outside_the_vocabulary() {
+    let m = embedded_model(ExpertArm::Native).unwrap();
+    let oracle = CpuOracle::new(m.weights.clone(), Variant::Exact);
+    let prompt = random_prompt(8, 3, 2, 320);
+    let mut bank = Bank::record(&oracle, &prompt, 6, ("tiny", "embedded", &m.sha256), |_| {}).unwrap();
+    // the last token is the one no forward reads: only the check sees it
+    let vocab = m.config().vocab_size as u32;
+    bank.tokens[5] = vocab;
+    bank.top8_ids[5 * 8] = vocab;
+    bank.check().unwrap();
+    let e = tf_gate(&CpuRealization(&oracle), &bank, c_sum(Variant::Exact)).unwrap_err();
+    assert!(format!("{e:#}").contains("tokens[5]"), "{e:#}");
+}
+
 #[test]
 fn host_cache_gate_passes_on_the_oracle_and_catches_a_flipped_bit() {
     use gates::host_cache::{dsv4_identity, host_cache_gate, CpuEngine, FlipBit};

@@ -81,6 +81,14 @@ impl Args {
         Ok(self.parsed(name)?.unwrap_or(default))
     }
 
+    /// A count that must be at least one (`default` without the option).
+    pub fn positive(&self, name: &str, default: usize) -> Result<usize> {
+        match self.parsed_or(name, default)? {
+            0 => anyhow::bail!("--{name} must be positive"),
+            n => Ok(n),
+        }
+    }
+
     pub fn require(&self, name: &str) -> Result<&str> {
         self.get(name).with_context(|| format!("missing required option --{name} (see --help)"))
     }

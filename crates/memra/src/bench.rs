@@ -57,7 +57,7 @@ pub fn bench(argv: &[String]) -> Result<()> {
     }
     match a.positional[0].as_str() {
         "park" => {
-            let (capacity, reps) = (a.parsed_or("capacity", 32768)?, a.parsed_or("reps", 7)?);
+            let (capacity, reps) = (a.positive("capacity", 32768)?, a.positive("reps", 7)?);
             trunk::gpu::require_available()?;
             let model = open_model(&PathBuf::from(a.positional.get(1).context("missing <model>")?), ExpertArm::Native)?;
             let gpu = Dsv4Gpu::load(
@@ -104,9 +104,10 @@ fn roofline(a: &Args) -> Result<()> {
         .split(',')
         .map(|x| x.parse().with_context(|| format!("--contexts: `{x}` is not a number of positions")))
         .collect::<Result<_>>()?;
-    let steps: usize = a.parsed_or("steps", 30)?;
+    let steps = a.positive("steps", 30)?;
     let n: usize = a.parsed_or("prefill", 4096)?;
-    let prefill_reps = a.parsed_or::<usize>("prefill-reps", 2)?.max(1);
+    let prefill_reps = a.positive("prefill-reps", 2)?;
+    let (layers, seed) = (a.positive("layers", 4)?, a.parsed_or("seed", 0)?);
     trunk::gpu::require_available()?;
     let t = Instant::now();
     let (weights, label) = match a.path("model") {
@@ -115,7 +116,7 @@ fn roofline(a: &Args) -> Result<()> {
             (m.weights.clone(), m.label.clone())
         }
         None => {
-            let s = Synth::new(Preset::FlashShape { layers: a.parsed_or("layers", 4)? }, a.parsed_or("seed", 0)?);
+            let s = Synth::new(Preset::FlashShape { layers }, seed);
             let src = in_memory(&s)?;
             let w = trunk::weights::Dsv4Weights::load(&src, &s.config, ExpertArm::Native)?;
             (std::sync::Arc::new(w), s.name.clone())

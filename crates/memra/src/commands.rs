@@ -32,6 +32,21 @@ fn bar(len: u64, what: &str, bytes: bool) -> ProgressBar {
 
 use crate::gate::{backend, load_gpu, Backend};
 
+/// The positions `parts` add up to, if the model has that many
+/// (`max_position_embeddings`); else an error naming the parts.
+fn within_positions(model: &LoadedModel, parts: &[(&str, usize)]) -> Result<usize> {
+    let max = model.config().max_position_embeddings;
+    let total = parts.iter().try_fold(0usize, |t, &(_, n)| t.checked_add(n));
+    match total {
+        Some(t) if t as u64 <= max => Ok(t),
+        _ => {
+            let named: Vec<String> =
+                parts.iter().filter(|(w, _)| !w.is_empty()).map(|(w, n)| format!("{w} ({n})")).collect();
+            bail!("{} exceed the model's {max} positions (`max_position_embeddings`)", named.join(" + "))
+        }
+    }
+}
+
 fn load(a: &Args) -> Result<(LoadedModel, CpuOracle)> {
     let arm: ExpertArm = a.parsed_or("experts", ExpertArm::Native)?;
     let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
@@ -94,12 +109,20 @@ pub fn generate(argv: &[String]) -> Result<()> {
     }
     let on = backend(&a, Backend::Cpu)?;
     let (model, oracle) = load(&a)?;
+    if let Some(p) = &model.tokenizer.missing {
+        eprintln!(
+            "warning: no {}: the synthetic models' byte-level tokenizer stands in, so the prompt's ids and the text \
+             printed mean nothing to a real model (put the checkpoint's tokenizer.json there, or pass --tokens FILE)",
+            p.display()
+        );
+    }
     let prompt: Vec<u32> = match (a.get("prompt"), a.path("tokens")) {
         (Some(_), Some(_)) => bail!("give --prompt or --tokens, not both"),
         (_, Some(f)) => read_tokens_file(&f)?,
         (p, None) => model.tokenizer.encode(p.unwrap_or("The quick brown fox"))?,
     };
     let max_new: usize = a.parsed_or("max-tokens", 32)?;
+    within_positions(&model, &[("the prompt", prompt.len()), ("--max-tokens", max_new)])?;
     let stop = if a.flag("no-stop") { None } else { model.config().eos_token_id };
     if let Some(path) = a.path("drafter") {
         return generate_speculative(&a, on, &model, &oracle, &prompt, max_new, stop, &path);
@@ -188,6 +211,11 @@ fn generate_speculative(
         _ => drafter_options(a)?,
     };
     let ceiling: usize = a.parsed_or("ceiling", 5)?;
+    // a verify pass reads up to `ceiling` drafted tokens and one more past the last
+    let max_positions = within_positions(
+        model,
+        &[("the prompt", prompt.len()), ("--max-tokens", max_new), ("--ceiling", ceiling), ("", 2)],
+    )?;
     let cfg = model.config();
     // the checkpoint directory (a .gguf's folder); a synth: address as it is
     let model_dir: Option<PathBuf> = a.path("model").map(|p| {
@@ -200,7 +228,7 @@ fn generate_speculative(
     let setup = DrafterSetup {
         vocab_size: cfg.vocab_size,
         hidden_size: cfg.hidden_size,
-        max_positions: prompt.len() + max_new + ceiling + 2,
+        max_positions,
         model_dir: model_dir.as_deref(),
         options_json: opts.as_deref(),
         // no drafter here reads them (DSpark loads its own from the checkpoint);
@@ -390,6 +418,7 @@ pub fn bank(argv: &[String]) -> Result<()> {
         (None, None) => bail!("give --prompt-len N or --tokens FILE"),
     };
     let n: usize = a.parsed("n")?.context("missing --n")?;
+    within_positions(&model, &[("the prompt", prompt.len()), ("--n", n)])?;
     let out = PathBuf::from(a.require("out")?);
     let pb = bar(n as u64, "banking", false);
     let t = Instant::now();

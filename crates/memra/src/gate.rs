@@ -59,7 +59,11 @@ pub fn parse_devices(s: Option<&str>) -> Result<Vec<usize>> {
 fn tokens_arg(a: &Args, vocab: usize, default_len: usize) -> Result<Vec<u32>> {
     match (a.path("tokens"), a.parsed::<usize>("prompt-len")?) {
         (Some(_), Some(_)) => bail!("give --tokens or --prompt-len, not both"),
-        (Some(f), None) => read_tokens_file(&f),
+        (Some(f), None) => match read_tokens_file(&f)? {
+            t if t.is_empty() => bail!("{}: no tokens", f.display()),
+            t => Ok(t),
+        },
+        (None, Some(0)) => bail!("--prompt-len must be positive"),
         (None, n) => Ok(random_prompt(n.unwrap_or(default_len), a.parsed_or("seed", 0)?, 2, vocab as u32)),
     }
 }
@@ -186,6 +190,9 @@ pub fn gate(argv: &[String]) -> Result<()> {
                     model.sha256
                 );
             }
+            bank.check()
+                .and_then(|_| bank.check_vocab(model.config().vocab_size))
+                .with_context(|| bank_path.display().to_string())?;
             let variant: Variant = bank.variant.parse()?;
             if let Some(v) = a.parsed::<Variant>("variant")? {
                 if v != variant {

@@ -177,3 +177,42 @@ fn gpu_commands_check_the_gpu_before_the_model() {
     let (ok, _, err) = memra(&["generate", "--backend", "cpu", "--model", missing]);
     assert!(!ok && err.contains(missing), "{err}");
 }
+
+/// Counts the model cannot hold are refused by name before any work: the
+/// positions a generation needs against `max_position_embeddings` (the
+/// embedded model has 4096), counts that must be positive, and a synthetic
+/// model with no layers or more hyper-connection streams than the kernels take.
+#[test]
+fn counts_out_of_range_are_refused_by_name() {
+    for (args, expect) in [
+        (&["generate", "--max-tokens", "5000"][..], "--max-tokens (5000)"),
+        (&["generate", "--max-tokens", "18446744073709551615"], "max_position_embeddings"),
+        (&["bank", "--prompt-len", "10", "--n", "4087", "--out", "/nonexistent/b.json"], "--n (4087)"),
+        (&["bench", "roofline", "--steps", "0"], "--steps must be positive"),
+        (&["bench", "park", "/nonexistent/m", "--reps", "0"], "--reps must be positive"),
+        (&["synth", "--preset", "flash-shape", "--layers", "0", "--out", "/nonexistent/s"], "must be positive"),
+        (&["generate", "--model", "synth:tiny,hc=9"], "hc `9` (1 to 8 streams)"),
+    ] {
+        let (ok, _, err) = memra(args);
+        assert!(!ok && err.contains(expect), "{args:?}: {err}");
+    }
+    // the edge: 19 prompt tokens and 4077 new ones are the 4096 positions
+    let (ok, _, err) = memra(&["bank", "--prompt-len", "19", "--n", "4078", "--out", "/nonexistent/b.json"]);
+    assert!(!ok && err.contains("--n (4078)"), "{err}");
+}
+
+/// A checkpoint without its tokenizer.json still runs (ids in, ids out), and
+/// says that the byte-level stand-in's text means nothing for a real model.
+#[test]
+fn a_missing_tokenizer_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny");
+    let (ok, _, err) = memra(&["synth", "--preset", "tiny", "--seed", "2", "--out", model.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let run = || memra(&["generate", "--model", model.to_str().unwrap(), "--max-tokens", "2"]);
+    let (ok, _, err) = run();
+    assert!(ok && !err.contains("warning"), "{err}");
+    std::fs::remove_file(model.join("tokenizer.json")).unwrap();
+    let (ok, _, err) = run();
+    assert!(ok && err.contains("warning: no ") && err.contains("tokenizer.json"), "{err}");
+}

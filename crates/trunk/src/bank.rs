@@ -81,4 +81,16 @@ impl Bank {
         }
         Ok(())
     }
+
+    /// Every id the bank holds (prompt, tokens, top-8) is below `vocab`:
+    /// a model the bank was not made from may have a smaller vocabulary.
+    pub fn check_vocab(&self, vocab: usize) -> Result<()> {
+        let lists = [("prompt", &self.prompt), ("tokens", &self.tokens), ("top8_ids", &self.top8_ids)];
+        for (field, ids) in lists {
+            if let Some((i, id)) = ids.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
+                bail!("bank: {field}[{i}] = {id} is outside the vocabulary ({vocab})");
+            }
+        }
+        Ok(())
+    }
 }

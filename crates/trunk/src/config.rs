@@ -225,6 +225,25 @@ impl Dsv4Config {
         if self.rms_norm_eps.is_nan() || self.rms_norm_eps <= 0.0 {
             bail!("config: `rms_norm_eps` must be positive");
         }
+        // a window no position can fill is a damaged field, and the
+        // decode state would try to allocate it
+        if self.sliding_window as u64 > self.max_position_embeddings {
+            bail!(
+                "config: `sliding_window` ({}) exceeds `max_position_embeddings` ({})",
+                self.sliding_window,
+                self.max_position_embeddings
+            );
+        }
+        // the clamp of the experts' activations; the rotary bases (ln(base) divides)
+        for (name, v, least) in [
+            ("swiglu_limit", self.swiglu_limit, 0.0),
+            ("rope_theta", self.rope_theta, 1.0),
+            ("compress_rope_theta", self.compress_rope_theta, 1.0),
+        ] {
+            if !v.is_finite() || v <= least {
+                bail!("config: `{name}` = {v} must be finite and above {least}");
+            }
+        }
         if let Some(y) = &self.yarn {
             if y.factor.is_nan() || y.factor <= 0.0 || y.original_max_position_embeddings == 0 {
                 bail!("config: YaRN `factor` and `original_max_position_embeddings` must be positive");
@@ -454,14 +473,20 @@ fn req_usize(m: &Map<String, Value>, key: &str, default: Option<usize>) -> Resul
 }
 
 fn token_id(m: &Map<String, Value>, key: &str, default: Option<u32>) -> Result<Option<u32>> {
+    let id = |v: &Value| {
+        v.as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .with_context(|| format!("config field `{key}` must be a token id, got {v}"))
+    };
     match m.get(key) {
         None => Ok(default),
         Some(Value::Null) => Ok(None),
-        Some(Value::Array(a)) => Ok(a.first().and_then(|x| x.as_u64()).map(|x| x as u32)),
-        Some(v) => v
-            .as_u64()
-            .map(|x| Some(x as u32))
-            .with_context(|| format!("config field `{key}` must be a token id, got {v}")),
+        // a list gives its first id: generation stops at one token
+        Some(Value::Array(a)) if a.is_empty() => {
+            bail!("config field `{key}` is an empty list: give a token id or null")
+        }
+        Some(Value::Array(a)) => id(&a[0]).map(Some),
+        Some(v) => id(v).map(Some),
     }
 }
 
@@ -648,9 +673,8 @@ fn parse_hf(m: &Map<String, Value>) -> Result<Dsv4Config> {
             None => None,
             Some(block_size) => Some(DsparkConfig {
                 block_size,
-                noise_token_id: get_usize(m, "dspark_noise_token_id")?
-                    .context("config: `dspark_block_size` without `dspark_noise_token_id`")?
-                    as u32,
+                noise_token_id: token_id(m, "dspark_noise_token_id", None)?
+                    .context("config: `dspark_block_size` without `dspark_noise_token_id`")?,
                 target_layer_ids: m
                     .get("dspark_target_layer_ids")
                     .and_then(|v| v.as_array())

@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 use sha2::{Digest, Sha256};
 
 use crate::config::Dsv4Config;
+use crate::gpu::MAX_HC_STREAMS;
 use crate::synth::{in_memory, Preset, Synth};
 use crate::tokenizer::Tokenizer;
 use crate::weights::gguf::GgufFile;
@@ -112,8 +113,8 @@ pub fn parse_synth_address(addr: &str) -> Result<(Synth, bool)> {
             Some(("layers", v)) => layers = Some(v.parse().with_context(|| format!("synth:{addr}: layers `{v}`"))?),
             Some(("seed", v)) => seed = v.parse().with_context(|| format!("synth:{addr}: seed `{v}`"))?,
             Some(("hc", v)) => {
-                let h = v.parse::<usize>().ok().filter(|&h| h > 0);
-                hc = Some(h.with_context(|| format!("synth:{addr}: hc `{v}` (a positive count of streams)"))?);
+                let h = v.parse::<usize>().ok().filter(|h| (1..=MAX_HC_STREAMS).contains(h));
+                hc = Some(h.with_context(|| format!("synth:{addr}: hc `{v}` (1 to {MAX_HC_STREAMS} streams)"))?);
             }
             None if p == "dspark" => dspark = true,
             None if p == "shared-quantized" => shared = true,

@@ -1,7 +1,7 @@
 //! Text <-> token ids through the `tokenizers` crate: a model's
 //! `tokenizer.json`, or the byte-level tokenizer of synthetic models.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context, Result};
 
@@ -11,6 +11,9 @@ use crate::synth::tokenizer::tokenizer_json;
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     pub source: String,
+    /// The `tokenizer.json` a checkpoint lacked, where the byte-level
+    /// tokenizer stands in for it: its ids mean nothing to a real model.
+    pub missing: Option<PathBuf>,
 }
 
 impl Tokenizer {
@@ -18,18 +21,19 @@ impl Tokenizer {
     pub fn bytes(cfg: &Dsv4Config) -> Self {
         let json = serde_json::to_vec(&tokenizer_json(cfg)).expect("tokenizer json");
         let inner = tokenizers::Tokenizer::from_bytes(&json).expect("the synthetic tokenizer is valid");
-        Tokenizer { inner, source: "byte-level".into() }
+        Tokenizer { inner, source: "byte-level".into(), missing: None }
     }
 
-    /// `path` if it exists, else the byte-level tokenizer.
+    /// `path` if it exists, else the byte-level tokenizer standing in for
+    /// it (`missing` names the path).
     pub fn load_or_bytes(path: &Path, cfg: &Dsv4Config) -> Result<Self> {
         if path.exists() {
             let inner = tokenizers::Tokenizer::from_file(path)
                 .map_err(|e| anyhow!("{e}"))
                 .with_context(|| format!("loading {}", path.display()))?;
-            Ok(Tokenizer { inner, source: path.display().to_string() })
+            Ok(Tokenizer { inner, source: path.display().to_string(), missing: None })
         } else {
-            Ok(Self::bytes(cfg))
+            Ok(Tokenizer { missing: Some(path.to_path_buf()), ..Self::bytes(cfg) })
         }
     }
 

@@ -361,3 +361,29 @@ fn sizes_that_overflow_are_refused() {
     let e = open(gguf(&[4, 4], u64::MAX - 31)).unwrap_err();
     assert!(e.contains("x.gguf") && e.contains("`t`") && e.contains("truncated"), "{e}");
 }
+
+/// Fields whose values no DSV4 checkpoint has, and which would abort an
+/// allocation, panic in a clamp, turn every logit into NaN or wrap a token
+/// id, are refused by name when the config is read.
+#[test]
+fn config_fields_out_of_range_are_named() {
+    let f = fixture();
+    let text = std::fs::read_to_string(f.root.join("hf").join("config.json")).unwrap();
+    let with = |k: &str, v: serde_json::Value| {
+        let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();
+        c[k] = v;
+        trunk::config::Dsv4Config::from_hf_json(&c.to_string()).map(|_| ()).map_err(|e| format!("{e:#}"))
+    };
+    with("rope_theta", 10000.0.into()).unwrap();
+    for (k, v) in [
+        ("sliding_window", serde_json::json!(1u64 << 40)),
+        ("swiglu_limit", serde_json::json!(-1.0)),
+        ("rope_theta", serde_json::json!(0.0)),
+        ("eos_token_id", serde_json::json!((1u64 << 32) + 1)),
+        ("eos_token_id", serde_json::json!([])),
+        ("bos_token_id", serde_json::json!(["x"])),
+    ] {
+        let e = with(k, v.clone()).expect_err(&format!("{k} = {v} was accepted"));
+        assert!(e.contains(k), "{k} = {v}: {e}");
+    }
+}

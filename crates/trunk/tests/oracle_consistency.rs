@@ -61,3 +61,13 @@ fn moe_arms_give_identical_bits() {
         assert!(a == b, "{variant}: fused and per-expert MoE differ");
     }
 }
+
+/// No tokens is an error, as on the GPU, not an index out of bounds.
+#[test]
+fn an_empty_chunk_is_refused() {
+    let o = tiny(Variant::Exact);
+    let mut st = o.new_state(8);
+    let e = o.forward(&mut st, &[], Logits::All).unwrap_err();
+    assert!(format!("{e}").contains("no tokens"), "{e}");
+    assert_eq!(kvstate::StateStore::positions(&st), 0);
+}

@@ -123,6 +123,9 @@ impl CpuOracle {
         let cfg = &w.config;
         let (d, hc) = (cfg.hidden_size, cfg.hc_mult);
         let n = tokens.len();
+        if n == 0 {
+            bail!("no tokens");
+        }
         if !self.state_layout.accepts(state.layout()) {
             bail!("state layout does not match this model's layout");
         }

@@ -110,13 +110,16 @@ pub struct VramLine {
 /// shared memory a launch may take without an opt-in (below 3,557).
 pub(crate) const MAX_ROUTED_EXPERTS: usize = 3_500;
 
+/// The most hyper-connection streams the kernels take (kernels/hc.cu HC_MAX).
+pub const MAX_HC_STREAMS: usize = 8;
+
 /// The shapes the GPU kernels are written for, checked before anything is
 /// uploaded: kernels/hc.cu HC_MAX, moe.cu's chosen[16] and `moe_route`'s
 /// shared memory, attention.cu ATT_Q4 (float4 rows), indexer.cu IDX_KM and
 /// IDX_HEADS.
 pub(crate) fn check_kernel_bounds(cfg: &Dsv4Config) -> Result<()> {
     let bounds: [(&str, usize, usize, usize); 6] = [
-        ("hc_mult", cfg.hc_mult, 8, 1),
+        ("hc_mult", cfg.hc_mult, MAX_HC_STREAMS, 1),
         ("num_experts_per_tok", cfg.num_experts_per_tok, 16, 1),
         ("n_routed_experts", cfg.n_routed_experts, MAX_ROUTED_EXPERTS, 1),
         ("head_dim", cfg.head_dim, 512, 4),

@@ -21,7 +21,7 @@ pub mod state;
 pub mod weights;
 
 pub use device::{require_available, unavailable_reason};
-pub use forward::{Dsv4Gpu, VramLine};
+pub use forward::{Dsv4Gpu, VramLine, MAX_HC_STREAMS};
 pub use options::{Fault, GpuOptions, MoeArm, ProductSums};
 pub use state::GpuState;
 

@@ -28,6 +28,9 @@ impl Preset {
         if layers.is_some() && !matches!(name, "flash-shape" | "flash") {
             bail!("preset `{name}` has a fixed depth; a layer count applies to flash-shape only");
         }
+        if layers == Some(0) {
+            bail!("preset `{name}`: the layer count must be positive");
+        }
         Ok(match name {
             "tiny" => Preset::Tiny,
             "small" => Preset::Small,

@@ -150,7 +150,15 @@ pub fn config_from_gguf(md: &BTreeMap<String, GgufValue>, origin: &str) -> Resul
         }),
         _ => None,
     };
-    let tok = |k: &str| md.get(k).and_then(|v| v.as_u64()).map(|x| x as u32);
+    let tok = |k: &str| -> Result<Option<u32>> {
+        md.get(k)
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|x| u32::try_from(x).ok())
+                    .with_context(|| format!("{origin}: GGUF metadata `{k}` is not a token id"))
+            })
+            .transpose()
+    };
     let cfg = Dsv4Config {
         vocab_size: u("vocab_size")?,
         hidden_size: u("embedding_length")?,
@@ -186,8 +194,8 @@ pub fn config_from_gguf(md: &BTreeMap<String, GgufValue>, origin: &str) -> Resul
         index_topk: u("attention.indexer.top_k")?,
         num_nextn_predict_layers: get("nextn_predict_layers").and_then(|v| v.as_u64()).unwrap_or(0) as usize,
         max_position_embeddings: u("context_length")? as u64,
-        bos_token_id: tok("tokenizer.ggml.bos_token_id"),
-        eos_token_id: tok("tokenizer.ggml.eos_token_id"),
+        bos_token_id: tok("tokenizer.ggml.bos_token_id")?,
+        eos_token_id: tok("tokenizer.ggml.eos_token_id")?,
         tie_word_embeddings: false,
         dspark: None,
     };
