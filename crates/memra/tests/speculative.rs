@@ -173,3 +173,31 @@ fn drafter_gate_passes_twins_and_catches_a_different_realization() {
     assert!(!ok && v["pass"] == false, "{v}");
     assert!(v["max_conf_abs_diff"].as_f64().unwrap() > 1e-6, "{v}");
 }
+
+/// A drafter's tapped layers: the engine hands them over with every commit
+/// (the replay drafter checks their count and accepts every draft, so the
+/// tokens stay greedy's), and refuses, naming the plugin, a drafter that
+/// asks for more layers than its rows hold, whose commits would read past them.
+#[test]
+fn tapped_layers_are_shipped_and_bounded() {
+    let dir = plugins();
+    let replay = dir.join(format!("{}replay_drafter{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
+    let r = replay.to_str().unwrap();
+    let base = ["generate", "--model", "synth:tiny,seed=2", "--max-tokens", "24", "--no-stop", "--json"];
+    let plain = memra(&base);
+    let prompt: Vec<u64> = plain["prompt"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    let traj: Vec<u64> =
+        prompt.iter().copied().chain(plain["tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap())).collect();
+    let opts = |taps: &[u32]| serde_json::json!({ "trajectory": traj, "tap_layers": taps }).to_string();
+    let o = opts(&[0, 3]);
+    let v = memra(&[&base[..], &["--drafter", r, "--drafter-options", &o, "--schedule", "fixed"]].concat());
+    assert_eq!(v["tokens"], plain["tokens"]);
+    assert!(v["mean_accepted"].as_f64().unwrap() > 5.0, "{v}");
+    let o = opts(&[0; 17]);
+    let out = Command::new(env!("CARGO_BIN_EXE_memra"))
+        .args([&base[..], &["--drafter", r, "--drafter-options", &o]].concat())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("replay") && err.contains("taps 17 layers"), "{err}");
+}

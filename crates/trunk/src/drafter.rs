@@ -114,7 +114,18 @@ impl Drafter {
         }
         let mut taps = vec![0u32; 16];
         // SAFETY: `taps` has 16 slots; `h` is a live instance.
-        let n = unsafe { (plugin.api().tap_layers)(h, taps.as_mut_ptr(), taps.len()) }.min(16);
+        let n = unsafe { (plugin.api().tap_layers)(h, taps.as_mut_ptr(), taps.len()) };
+        if n > taps.len() {
+            // its commits would read n layers' taps from rows of 16
+            // SAFETY: `h` came from this plugin's `create` and is not used again.
+            unsafe { (plugin.api().destroy)(h) };
+            bail!(
+                "{} ({}): taps {n} layers, the engine passes at most {}",
+                plugin.name,
+                plugin.path.display(),
+                taps.len()
+            );
+        }
         // SAFETY: the layout string is owned by the instance and NUL-terminated.
         let lj = unsafe { CStr::from_ptr((plugin.api().state_layout)(h)) }.to_string_lossy().into_owned();
         let layout: Layout = serde_json::from_str(&lj)

@@ -2,8 +2,11 @@
 //! tokens), so every draft is accepted when the trajectory is the target's
 //! own greedy output. It measures the verification pipeline's upper bound.
 //!
-//! Options (JSON): `{"trajectory": [ids...], "confidence": 1.0}`: the full
-//! sequence, prompt first.
+//! Options (JSON): `{"trajectory": [ids...], "tap_layers": [layers...]}`:
+//! the full sequence, prompt first; and, optionally, layers whose hidden
+//! states the engine must hand over with every commit (read and ignored
+//! here), so that a run measures what shipping a tapping drafter's inputs
+//! costs the engine, with every draft accepted.
 
 use drafter_abi::{export_drafter, Drafter, DrafterInitV1};
 
@@ -11,6 +14,8 @@ pub struct ReplayDrafter {
     trajectory: Vec<u32>,
     committed: usize,
     confidence: f32,
+    tap_layers: Vec<u32>,
+    hidden: usize,
 }
 
 /// The integers of the JSON array under `key`.
@@ -30,12 +35,27 @@ impl Drafter for ReplayDrafter {
         // SAFETY: the engine passes a NUL-terminated UTF-8 string.
         let opts = unsafe { std::ffi::CStr::from_ptr(init.options_json) }.to_string_lossy().into_owned();
         let trajectory = int_array(&opts, "trajectory").ok_or("options lack a `trajectory` array of token ids")?;
-        Ok(ReplayDrafter { trajectory, committed: 0, confidence: 1.0 })
+        let tap_layers = match opts.contains("\"tap_layers\"") {
+            true => int_array(&opts, "tap_layers").ok_or("`tap_layers` is not an array of layer indices")?,
+            false => Vec::new(),
+        };
+        Ok(ReplayDrafter { trajectory, committed: 0, confidence: 1.0, tap_layers, hidden: init.hidden_size as usize })
     }
 
-    fn commit(&mut self, tokens: &[u32], pos0: u64, _taps: &[f32]) -> Result<(), String> {
+    fn tap_layers(&self) -> Vec<u32> {
+        self.tap_layers.clone()
+    }
+
+    fn tap_width(&self) -> usize {
+        self.tap_layers.len() * self.hidden
+    }
+
+    fn commit(&mut self, tokens: &[u32], pos0: u64, taps: &[f32]) -> Result<(), String> {
         if pos0 as usize != self.committed {
             return Err(format!("commit at position {pos0}, {} committed", self.committed));
+        }
+        if taps.len() != tokens.len() * self.tap_width() {
+            return Err(format!("{} tap floats for {} tokens of {}", taps.len(), tokens.len(), self.tap_width()));
         }
         self.committed += tokens.len();
         Ok(())

@@ -176,10 +176,12 @@ impl<'a> Cursor<'a> {
                 }
                 let et = self.u32(&w)?;
                 let n = self.u64(&w)? as usize;
-                if n > self.buf.len() {
-                    bail!("{}: {w}: array length {n} exceeds the file", self.path.display());
+                // each element takes a byte at least; a damaged count
+                // reserves no more than a tokenizer's list would
+                if n > self.buf.len() - self.pos {
+                    bail!("{}: {w}: array length {n} exceeds the rest of the file", self.path.display());
                 }
-                let mut v = Vec::with_capacity(n);
+                let mut v = Vec::with_capacity(n.min(1 << 18));
                 for _ in 0..n {
                     v.push(self.value(et, key, depth + 1)?);
                 }
