@@ -152,6 +152,17 @@ pub unsafe fn write_cstr(msg: &str, buf: *mut c_char, len: usize) -> usize {
     msg.len()
 }
 
+/// `f`'s result, or an error where it panicked: a panic must not unwind
+/// out of an `extern "C"` entry point, which would abort the engine's
+/// process.
+#[doc(hidden)]
+pub fn caught<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
+        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned());
+        Err(format!("the drafter panicked: {}", msg.as_deref().unwrap_or("(no message)")))
+    })
+}
+
 /// Export a [`Drafter`] implementation as `memra_drafter_v1`.
 #[macro_export]
 macro_rules! export_drafter {
@@ -176,7 +187,7 @@ macro_rules! export_drafter {
                     );
                     return std::ptr::null_mut();
                 }
-                match <$ty as Drafter>::create(init) {
+                match $crate::caught(|| <$ty as Drafter>::create(init)) {
                     Ok(d) => {
                         let layout = std::ffi::CString::new(d.state_layout()).unwrap_or_default();
                         Box::into_raw(Box::new(I { drafter: d, error: String::new(), layout })) as *mut c_void
@@ -213,7 +224,7 @@ macro_rules! export_drafter {
                 let toks = std::slice::from_raw_parts(tokens, n);
                 let tw = i.drafter.tap_width();
                 let taps = if taps.is_null() || tw == 0 { &[][..] } else { std::slice::from_raw_parts(taps, n * tw) };
-                match i.drafter.commit(toks, pos0, taps) {
+                match $crate::caught(|| i.drafter.commit(toks, pos0, taps)) {
                     Ok(()) => 0,
                     Err(e) => {
                         i.error = e;
@@ -231,7 +242,7 @@ macro_rules! export_drafter {
                 let i = &mut *(h as *mut I);
                 let ids = std::slice::from_raw_parts_mut(ids, max);
                 let conf = std::slice::from_raw_parts_mut(conf, max);
-                match i.drafter.propose(anchor, ids, conf) {
+                match $crate::caught(|| i.drafter.propose(anchor, ids, conf)) {
                     Ok(n) => n.min(max) as isize,
                     Err(e) => {
                         i.error = e;
@@ -253,7 +264,8 @@ macro_rules! export_drafter {
             }
             unsafe extern "C" fn state_read(h: *mut c_void, class: usize, buf: *mut u8, len: usize) -> i32 {
                 let i = &mut *(h as *mut I);
-                match i.drafter.state_read(class, std::slice::from_raw_parts_mut(buf, len)) {
+                let buf = std::slice::from_raw_parts_mut(buf, len);
+                match $crate::caught(|| i.drafter.state_read(class, buf)) {
                     Ok(()) => 0,
                     Err(e) => {
                         i.error = e;
@@ -269,7 +281,8 @@ macro_rules! export_drafter {
                 len: usize,
             ) -> i32 {
                 let i = &mut *(h as *mut I);
-                match i.drafter.state_write(class, written, std::slice::from_raw_parts(buf, len)) {
+                let buf = std::slice::from_raw_parts(buf, len);
+                match $crate::caught(|| i.drafter.state_write(class, written, buf)) {
                     Ok(()) => 0,
                     Err(e) => {
                         i.error = e;
