@@ -199,6 +199,21 @@ fn foreign_model_and_other_layout_are_refused() {
     assert!(untouched(&t3));
 }
 
+/// A state of `layout` and `capacity` filled to `positions`, parked at `p`,
+/// as its header JSON and payload.
+fn parked(
+    layout: &Arc<Layout>,
+    capacity: usize,
+    positions: usize,
+    p: &std::path::Path,
+    id: &Identity,
+) -> (serde_json::Value, Vec<u8>) {
+    let mut st = HostState::new(layout.clone(), capacity);
+    fill(&mut st, positions);
+    park(&st, p, id).unwrap();
+    split_file(&std::fs::read(p).unwrap())
+}
+
 /// A parked file split into its header JSON and its payload.
 fn split_file(file: &[u8]) -> (serde_json::Value, Vec<u8>) {
     let hlen = u64::from_le_bytes(file[12..20].try_into().unwrap()) as usize;
@@ -315,10 +330,7 @@ fn a_header_must_hold_the_rows_its_positions_imply() {
         ])
         .unwrap(),
     );
-    let mut st = HostState::new(l3.clone(), 16);
-    fill(&mut st, 3);
-    park(&st, &p, &id).unwrap();
-    let (mut h3, payload3) = split_file(&std::fs::read(&p).unwrap());
+    let (mut h3, payload3) = parked(&l3, 16, 3, &p, &id);
     h3["positions"] = 7.into();
     refused(&p, &l3, &id, &join_file(&h3, &payload3), "3 rows at 7 positions", &["kv", "positions", "written"]);
 }
@@ -343,10 +355,7 @@ fn header_sizes_that_overflow_are_refused_by_name() {
         Layout::new(vec![ClassSpec::new("kv", 4, ElemType::F32, CapacityRule::Grows { positions_per_row: 1 })])
             .unwrap(),
     );
-    let mut st = HostState::new(big.clone(), 8);
-    fill(&mut st, 3);
-    park(&st, &p, &id).unwrap();
-    let (mut hb, pb) = split_file(&std::fs::read(&p).unwrap());
+    let (mut hb, pb) = parked(&big, 8, 3, &p, &id);
     let n = (1u64 << 60) + 3;
     hb["positions"] = n.into();
     hb["classes"][0]["written"] = n.into();
@@ -361,10 +370,7 @@ fn header_sizes_that_overflow_are_refused_by_name() {
         ])
         .unwrap(),
     );
-    let mut st = HostState::new(two.clone(), 8);
-    fill(&mut st, 3);
-    park(&st, &p, &id).unwrap();
-    let (mut h2, p2) = split_file(&std::fs::read(&p).unwrap());
+    let (mut h2, p2) = parked(&two, 8, 3, &p, &id);
     h2["positions"] = n.into();
     for c in h2["classes"].as_array_mut().unwrap() {
         c["written"] = n.into();
@@ -377,10 +383,7 @@ fn header_sizes_that_overflow_are_refused_by_name() {
     let bytes = Arc::new(
         Layout::new(vec![ClassSpec::new("b", 1, ElemType::U8, CapacityRule::Grows { positions_per_row: 1 })]).unwrap(),
     );
-    let mut st = HostState::new(bytes.clone(), 8);
-    fill(&mut st, 3);
-    park(&st, &p, &id).unwrap();
-    let (mut h1, p1) = split_file(&std::fs::read(&p).unwrap());
+    let (mut h1, p1) = parked(&bytes, 8, 3, &p, &id);
     let m = u64::MAX - 1;
     h1["positions"] = m.into();
     h1["classes"][0]["written"] = m.into();

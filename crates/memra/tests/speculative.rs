@@ -30,6 +30,12 @@ fn plugins() -> PathBuf {
     dir
 }
 
+/// The replay drafter's library, built.
+fn replay_drafter() -> PathBuf {
+    let dll = |name: &str| format!("{}{name}{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX);
+    plugins().join(dll("replay_drafter"))
+}
+
 #[test]
 fn speculative_equals_greedy_for_every_drafter_and_moe_arm() {
     speculative_equals_greedy("tiny");
@@ -118,8 +124,7 @@ fn a_library_that_is_not_a_drafter_is_refused_clearly() {
 /// without `--baseline` is an error.
 #[test]
 fn baseline_run_feeds_the_replay_drafter() {
-    let dir = plugins();
-    let replay = dir.join(format!("{}replay_drafter{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
+    let replay = replay_drafter();
     let r = replay.to_str().unwrap();
     let base = ["generate", "--model", "synth:tiny,seed=2", "--max-tokens", "40", "--no-stop", "--json"];
     let v = memra(
@@ -180,8 +185,7 @@ fn drafter_gate_passes_twins_and_catches_a_different_realization() {
 /// asks for more layers than its rows hold, whose commits would read past them.
 #[test]
 fn tapped_layers_are_shipped_and_bounded() {
-    let dir = plugins();
-    let replay = dir.join(format!("{}replay_drafter{}", std::env::consts::DLL_PREFIX, std::env::consts::DLL_SUFFIX));
+    let replay = replay_drafter();
     let r = replay.to_str().unwrap();
     let base = ["generate", "--model", "synth:tiny,seed=2", "--max-tokens", "24", "--no-stop", "--json"];
     let plain = memra(&base);
