@@ -417,7 +417,10 @@ pub fn bank(argv: &[String]) -> Result<()> {
         (None, Some(f)) => read_tokens_file(&f)?,
         (None, None) => bail!("give --prompt-len N or --tokens FILE"),
     };
-    let n: usize = a.parsed("n")?.context("missing --n")?;
+    let n = match a.parsed::<usize>("n")?.context("missing --n")? {
+        0 => bail!("--n must be positive"),
+        n => n,
+    };
     within_positions(&model, &[("the prompt", prompt.len()), ("--n", n)])?;
     let out = PathBuf::from(a.require("out")?);
     let pb = bar(n as u64, "banking", false);

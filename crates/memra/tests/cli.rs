@@ -189,6 +189,7 @@ fn counts_out_of_range_are_refused_by_name() {
         (&["generate", "--max-tokens", "18446744073709551615"], "max_position_embeddings"),
         (&["bank", "--prompt-len", "10", "--n", "4087", "--out", "/nonexistent/b.json"], "--n (4087)"),
         (&["bench", "roofline", "--steps", "0"], "--steps must be positive"),
+        (&["bank", "--prompt-len", "4", "--n", "0", "--out", "/nonexistent/b.json"], "--n must be positive"),
         (&["bench", "park", "/nonexistent/m", "--reps", "0"], "--reps must be positive"),
         (&["synth", "--preset", "flash-shape", "--layers", "0", "--out", "/nonexistent/s"], "must be positive"),
         (&["generate", "--model", "synth:tiny,hc=9"], "hc `9` (1 to 8 streams)"),

@@ -131,8 +131,10 @@ impl Matrix {
         out
     }
 
-    /// The same values stored as BF16. Exact for FP8/FP4/MXFP4 sources (their
-    /// values need at most 4 significant bits); refuses formats it would round.
+    /// The same values stored as BF16. Exact for FP8/FP4/MXFP4 codes (at
+    /// most 4 significant bits) under power-of-two scales; refuses formats
+    /// and values it would round (an FP8 block scale that is not a power of
+    /// two).
     pub fn to_bf16_exact(&self) -> Result<Matrix> {
         match self.format {
             MatFormat::Fp8 { .. } | MatFormat::Fp4 { .. } | MatFormat::Mxfp4 | MatFormat::BF16 => {}
@@ -140,9 +142,15 @@ impl Matrix {
         }
         let vals = self.to_f32();
         let mut bytes = Vec::with_capacity(vals.len() * 2);
-        for v in vals {
+        for (i, v) in vals.into_iter().enumerate() {
             let b = f32_to_bf16(v);
-            debug_assert_eq!(bf16_to_f32(b).to_bits(), v.to_bits());
+            if bf16_to_f32(b).to_bits() != v.to_bits() {
+                bail!(
+                    "to_bf16_exact: row {} column {}: {v:e} is not a bf16 value (its block scale is not a power of two)",
+                    i / self.cols,
+                    i % self.cols
+                );
+            }
             bytes.extend_from_slice(&b.to_le_bytes());
         }
         Ok(Matrix { rows: self.rows, cols: self.cols, format: MatFormat::BF16, data: Bytes::from_vec(bytes) })
@@ -185,5 +193,29 @@ impl Matrix {
             f => f.clone(),
         };
         Matrix { rows: n, cols: self.cols, format, data: self.data.slice(start * rb, n * rb) }
+    }
+}
+
+#[cfg(test)]
+mod bf16_tests {
+    use super::*;
+
+    /// FP8 codes under a power-of-two scale convert exactly; under another
+    /// scale (an f32 `weight_scale_inv` of a checkpoint) the conversion
+    /// names the first value it would round instead of rounding it.
+    #[test]
+    fn bf16_conversion_is_exact_or_refused() {
+        // 0x38 is E4M3 1.0, 0x3d is 1.625
+        let m = |scale: f32| Matrix {
+            rows: 2,
+            cols: 2,
+            format: MatFormat::Fp8 { scales: Arc::new(vec![scale]), block: 128 },
+            data: Bytes::from_vec(vec![0x38, 0x3d, 0x00, 0xb8]),
+        };
+        let b = m(0.25).to_bf16_exact().unwrap();
+        assert_eq!(b.to_f32(), m(0.25).to_f32());
+        assert_eq!(b.to_f32(), vec![0.25, 0.40625, 0.0, -0.25]);
+        let e = m(0.0123).to_bf16_exact().unwrap_err().to_string();
+        assert!(e.contains("row 0 column 0") && e.contains("power of two"), "{e}");
     }
 }

@@ -462,10 +462,12 @@ impl Dsv4Weights {
         for l in 0..config.num_hidden_layers {
             let mut lw = ld.layer(config, l)?;
             if arm == ExpertArm::Bf16 {
-                for e in &mut lw.ffn.experts {
-                    for m in [&mut e.w1, &mut e.w2, &mut e.w3] {
+                for (x, e) in lw.ffn.experts.iter_mut().enumerate() {
+                    for (w, m) in [("w1", &mut e.w1), ("w2", &mut e.w2), ("w3", &mut e.w3)] {
                         if matches!(m.format, MatFormat::Fp4 { .. } | MatFormat::Mxfp4 | MatFormat::Fp8 { .. }) {
-                            *m = m.to_bf16_exact()?;
+                            *m = m
+                                .to_bf16_exact()
+                                .with_context(|| format!("the bf16 expert arm: layer {l} expert {x} {w}"))?;
                         }
                     }
                 }
