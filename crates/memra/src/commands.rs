@@ -118,7 +118,7 @@ pub fn generate(argv: &[String]) -> Result<()> {
     }
     let prompt: Vec<u32> = match (a.get("prompt"), a.path("tokens")) {
         (Some(_), Some(_)) => bail!("give --prompt or --tokens, not both"),
-        (_, Some(f)) => read_tokens_file(&f)?,
+        (_, Some(f)) => read_tokens_file(&f, model.config().vocab_size)?,
         (p, None) => model.tokenizer.encode(p.unwrap_or("The quick brown fox"))?,
     };
     let max_new: usize = a.parsed_or("max-tokens", 32)?;
@@ -414,7 +414,7 @@ pub fn bank(argv: &[String]) -> Result<()> {
     let prompt = match (a.parsed::<usize>("prompt-len")?, a.path("tokens")) {
         (Some(_), Some(_)) => bail!("give --prompt-len or --tokens, not both"),
         (Some(n), None) => random_prompt(n, a.parsed_or("seed", 0)?, 2, cfg.vocab_size as u32),
-        (None, Some(f)) => read_tokens_file(&f)?,
+        (None, Some(f)) => read_tokens_file(&f, cfg.vocab_size)?,
         (None, None) => bail!("give --prompt-len N or --tokens FILE"),
     };
     let n = match a.parsed::<usize>("n")?.context("missing --n")? {
@@ -457,7 +457,7 @@ pub fn logits(argv: &[String]) -> Result<()> {
     }
     let gpu = backend(&a, Backend::Cpu)? == Backend::Gpu;
     let (model, oracle) = load(&a)?;
-    let tokens = read_tokens_file(&PathBuf::from(a.require("tokens")?))?;
+    let tokens = read_tokens_file(&PathBuf::from(a.require("tokens")?), model.config().vocab_size)?;
     if tokens.is_empty() {
         bail!("the tokens file is empty");
     }

@@ -59,7 +59,7 @@ pub fn parse_devices(s: Option<&str>) -> Result<Vec<usize>> {
 fn tokens_arg(a: &Args, vocab: usize, default_len: usize) -> Result<Vec<u32>> {
     match (a.path("tokens"), a.parsed::<usize>("prompt-len")?) {
         (Some(_), Some(_)) => bail!("give --tokens or --prompt-len, not both"),
-        (Some(f), None) => match read_tokens_file(&f)? {
+        (Some(f), None) => match read_tokens_file(&f, vocab)? {
             t if t.is_empty() => bail!("{}: no tokens", f.display()),
             t => Ok(t),
         },
@@ -281,7 +281,8 @@ pub fn gate(argv: &[String]) -> Result<()> {
         "host-cache" => {
             use gates::host_cache::{dsv4_identity, host_cache_gate, CpuEngine, DraftedEngine, GpuEngine};
             let variant: Variant = a.parsed_or("variant", Variant::Exact)?;
-            let ids = read_tokens_file(&PathBuf::from(a.positional.get(2).context("missing <tokens.json>")?))?;
+            let tokens = PathBuf::from(a.positional.get(2).context("missing <tokens.json>")?);
+            let ids = read_tokens_file(&tokens, model.config().vocab_size)?;
             let dir = a.path("out-dir").unwrap_or_else(std::env::temp_dir);
             std::fs::create_dir_all(&dir)?;
             let identity = dsv4_identity(model.config(), &model.sha256, variant);

@@ -197,6 +197,12 @@ fn counts_out_of_range_are_refused_by_name() {
         let (ok, _, err) = memra(args);
         assert!(!ok && err.contains(expect), "{args:?}: {err}");
     }
+    // an id the vocabulary (320) does not hold, named with its file and index
+    let dir = tempfile::tempdir().unwrap();
+    let t = dir.path().join("t.json");
+    std::fs::write(&t, "[1, 2, 320]").unwrap();
+    let (ok, _, err) = memra(&["generate", "--tokens", t.to_str().unwrap()]);
+    assert!(!ok && err.contains("t.json: tokens[2] = 320 is outside the vocabulary (320)"), "{err}");
     // the edge: 19 prompt tokens and 4077 new ones are the 4096 positions
     let (ok, _, err) = memra(&["bank", "--prompt-len", "19", "--n", "4078", "--out", "/nonexistent/b.json"]);
     assert!(!ok && err.contains("--n (4078)"), "{err}");

@@ -90,8 +90,9 @@ pub fn greedy_cpu_with(
     Ok(Generation { prompt_tokens: prompt.len(), tokens, prefill_seconds, decode_seconds: t.elapsed().as_secs_f64() })
 }
 
-/// A tokens file: a JSON array of ids, or an object with a `tokens` array.
-pub fn read_tokens_file(path: &Path) -> Result<Vec<u32>> {
+/// A tokens file: a JSON array of ids, or an object with a `tokens` array;
+/// every id below `vocab`.
+pub fn read_tokens_file(path: &Path, vocab: usize) -> Result<Vec<u32>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{}: not valid JSON", path.display()))?;
@@ -105,11 +106,10 @@ pub fn read_tokens_file(path: &Path) -> Result<Vec<u32>> {
     };
     arr.iter()
         .enumerate()
-        .map(|(i, x)| {
-            x.as_u64()
-                .filter(|&id| id <= u32::MAX as u64)
-                .map(|id| id as u32)
-                .with_context(|| format!("{}: tokens[{i}] = {x} is not a token id", path.display()))
+        .map(|(i, x)| match x.as_u64() {
+            Some(id) if (id as usize) < vocab => Ok(id as u32),
+            Some(_) => bail!("{}: tokens[{i}] = {x} is outside the vocabulary ({vocab})", path.display()),
+            None => bail!("{}: tokens[{i}] = {x} is not a token id", path.display()),
         })
         .collect()
 }
