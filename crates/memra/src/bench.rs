@@ -117,6 +117,7 @@ fn roofline(a: &Args) -> Result<()> {
         }
         None => {
             let s = Synth::new(Preset::FlashShape { layers }, seed);
+            eprintln!("{}: generating the weights in memory (seed {seed}) ...", s.name);
             let src = in_memory(&s)?;
             let w = trunk::weights::Dsv4Weights::load(&src, &s.config, ExpertArm::Native)?;
             (std::sync::Arc::new(w), s.name.clone())
