@@ -40,8 +40,7 @@ fn within_positions(model: &LoadedModel, parts: &[(&str, usize)]) -> Result<usiz
     match total {
         Some(t) if t as u64 <= max => Ok(t),
         _ => {
-            let named: Vec<String> =
-                parts.iter().filter(|(w, _)| !w.is_empty()).map(|(w, n)| format!("{w} ({n})")).collect();
+            let named: Vec<String> = parts.iter().map(|(w, n)| format!("{w} ({n})")).collect();
             bail!("{} exceed the model's {max} positions (`max_position_embeddings`)", named.join(" + "))
         }
     }
@@ -211,10 +210,14 @@ fn generate_speculative(
         _ => drafter_options(a)?,
     };
     let ceiling: usize = a.parsed_or("ceiling", 5)?;
-    // a verify pass reads up to `ceiling` drafted tokens and one more past the last
     let max_positions = within_positions(
         model,
-        &[("the prompt", prompt.len()), ("--max-tokens", max_new), ("--ceiling", ceiling), ("", 2)],
+        &[
+            ("the prompt", prompt.len()),
+            ("--max-tokens", max_new),
+            ("--ceiling", ceiling),
+            ("a verify pass's 2 more", 2),
+        ],
     )?;
     let cfg = model.config();
     // the checkpoint directory (a .gguf's folder); a synth: address as it is
